@@ -1,0 +1,41 @@
+"""Errors raised for bad user input (configuration, traces, actions).
+
+Every message names the offending field or value and what is allowed, so a user can
+fix the input without reading a traceback. The CLI turns these into exit code 2.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A scenario, preset, policy name or keyword argument is invalid."""
+
+
+class TraceFormatError(ConfigError):
+    """A trace file is missing, unreadable or has a malformed row."""
+
+    def __init__(self, path: str, line: int | None, field: str | None, message: str):
+        where = f"{path}" + (f", line {line}" if line is not None else "")
+        where += f", field {field!r}" if field else ""
+        super().__init__(f"{where}: {message}")
+        self.path, self.line, self.field = path, line, field
+
+
+class PolicyError(RuntimeError):
+    """A policy returned something the simulator cannot act on."""
+
+
+def check_choice(field: str, value, allowed) -> None:
+    """Raise ConfigError unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ConfigError(
+            f"{field}={value!r} is not known; allowed: {', '.join(map(str, sorted(allowed)))}"
+        )
+
+
+def check_nonnegative(field: str, value, *, strict: bool = False) -> None:
+    """Raise ConfigError if ``value`` is negative (or zero when ``strict``)."""
+    bad = value <= 0 if strict else value < 0
+    if bad or value != value:  # NaN compares unequal to itself
+        want = "> 0" if strict else ">= 0"
+        raise ConfigError(f"{field}={value!r} is invalid; it must be {want}")
