@@ -1,0 +1,119 @@
+"""Usage-limit (flow-control) policies (DESIGN 4): per-band ceilings for the dispatch loop.
+
+Band 0 is the highest priority. The gateway stops a dispatch cycle at the first band
+whose ceiling is <= the saturation, so a ceiling of 1.0 only blocks at saturation >= 1
+and 0.0 always blocks. Every policy returns ceilings that never increase from a band
+to the next lower one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from llmsched_gym.errors import ConfigError, check_nonnegative
+from llmsched_gym.policy import UsageLimitPolicy, register_policy
+
+
+@register_policy("static-usage-limit")
+class StaticUsageLimit(UsageLimitPolicy):
+    """Every band gets the same ceiling.
+
+    Args:
+        threshold: the ceiling of every band (1.0: a no-op until saturation reaches 1).
+    """
+
+    name = "static-usage-limit"
+    description = "Every band's ceiling = threshold (default 1.0)."
+
+    def __init__(self, threshold: float = 1.0):
+        check_nonnegative("threshold", threshold)
+        self.threshold = float(threshold)
+
+    def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
+        return np.full(num_bands, self.threshold)
+
+
+@register_policy("priority-holdback")
+class PriorityHoldback(UsageLimitPolicy):
+    """Ceilings spread linearly over a rank domain: ``c_i = cmax - i (cmax - cmin)/(N-1)``.
+
+    Args:
+        cmax: ceiling of band 0 (default 1.0: the top band is only held at saturation 1).
+        cmin: ceiling of the lowest band (default 0.5: the lowest band is held back from
+            saturation 0.5, where the soft-reflective ceiling also starts gating).
+    With a single band the ceiling is ``cmax``.
+    """
+
+    name = "priority-holdback"
+    description = "Linear per-band ceilings from cmax (band 0) down to cmin (lowest band)."
+
+    def __init__(self, cmax: float = 1.0, cmin: float = 0.5):
+        check_nonnegative("cmin", cmin)
+        if cmax < cmin:
+            raise ConfigError(f"cmax={cmax!r} is invalid; it must be >= cmin={cmin!r}")
+        self.cmax, self.cmin = float(cmax), float(cmin)
+
+    def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
+        if num_bands == 1:
+            return np.array([self.cmax])
+        i = np.arange(num_bands)
+        return self.cmax - i * (self.cmax - self.cmin) / (num_bands - 1)
+
+
+def round_half_up(x: float) -> int:
+    """Round to the nearest integer, halves up, tolerant to float error.
+
+    The tolerance matters: ``0.6 / (1 - 0.6)`` evaluates to 1.4999999999999998, which
+    must round to 2 for the published 50% blocking at s = 0.6.
+    """
+    return math.floor(x + 0.5 + 1e-9)
+
+
+@register_policy("soft-reflective-ceiling")
+class SoftReflectiveCeiling(UsageLimitPolicy):
+    """llm-d soft-reflective ceiling (no parameters).
+
+    ``ceiling[0] = 1``; band ``i >= 1`` reflects ``r_i = 1 - i s/(N-1)``: open (1.0) if
+    ``s < r_i``, closed (0.0) if ``s >= 1``, otherwise open only on every ``period``-th
+    tick with ``period = max(1, round_half_up(s / (1 - s)))``. One tick counter is shared
+    by all bands and advanced once per :meth:`ceilings` call (one dispatch cycle) while
+    ``0.5 <= s < 1``; it is advanced *before* being tested, so ticks are numbered 1, 2, ...
+    and the period-th cycle in the gated regime is the first open one. Over any
+    ``period`` consecutive cycles exactly one is open, which gives the published
+    blocking of the sheddable band with two bands: 0, 0, 50, 67, 89, 100 % at
+    s = 0.3, 0.5, 0.6, 0.75, 0.9, 1.0 (at s = 0.5 the period is 1: always open).
+    Gated bands share the tick, so the ceilings never increase towards lower bands.
+    """
+
+    name = "soft-reflective-ceiling"
+    description = "llm-d soft-reflective ceiling: sheddable bands open 1 of every s/(1-s) cycles."
+
+    def __init__(self):
+        self._tick = 0
+
+    def reset(self, num_instances: int, rng: np.random.Generator) -> None:
+        self._tick = 0
+
+    @staticmethod
+    def period(saturation: float) -> int:
+        """Cycles per open cycle of a gated band at ``0.5 <= saturation < 1``."""
+        return max(1, round_half_up(saturation / (1.0 - saturation)))
+
+    def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
+        s = float(saturation)
+        out = np.ones(num_bands)
+        open_now = True
+        if 0.5 <= s < 1.0:
+            self._tick += 1
+            open_now = self._tick % self.period(s) == 0
+        if num_bands > 1:
+            i = np.arange(1, num_bands)
+            gated = s >= 1.0 - i * s / (num_bands - 1)  # below 0.5 no band is gated
+            out[1:][gated] = 0.0 if s >= 1.0 else float(open_now)
+        return out
+
+    def stationary(self, saturation: float) -> bool:
+        s = float(saturation)
+        return s < 0.5 or s >= 1.0 or self.period(s) == 1

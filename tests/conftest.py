@@ -1,0 +1,30 @@
+"""Shared fixtures: paths to the public traces and small cluster builders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llmsched_gym.requests import OUTCOME_NAMES
+
+TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+
+
+def trace_path(*parts: str) -> Path:
+    p = TRACES.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"trace {p} not present (expected beside the repository in ../shared/traces)")
+    return p
+
+
+def assert_accounting(sim) -> None:
+    """Every arrival is in exactly one outcome, and the counts add up."""
+    counts = sim.table.counts()
+    arrived = int(np.sum(np.arange(sim.table.n) < sim._arrival_ptr))
+    assert sum(counts.values()) == sim.table.n
+    assert sum(v for k, v in counts.items() if k != "in_flight") + counts["in_flight"] == sim.table.n
+    assert set(counts) == set(OUTCOME_NAMES.values())
+    not_arrived = sim.table.n - arrived
+    assert counts["in_flight"] >= not_arrived

@@ -1,0 +1,118 @@
+"""Hand-computed engine cases (DESIGN 3.1-3.2) with a linear step-time model.
+
+Coefficients are chosen for easy arithmetic: step = 5000 + 10 x prefill tokens
++ 100 x decode requests (us); 1000 us from arrival to schedulable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import assert_accounting
+
+from llmsched_gym.engine import EngineConfig
+from llmsched_gym.metrics import summarize
+from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
+from llmsched_gym.workload import Workload
+
+COEF = dict(alpha0=1000.0, alpha1=0.0, alpha2=0.0, beta0=5000.0, beta1=10.0, beta2=100.0)
+
+
+def simulate(workload, instances=1, kv_blocks=1000, budget=2048, skipping=True, **gateway):
+    cluster = ClusterConfig(
+        instances=instances, latency_model="linear", latency_params=COEF, kv_blocks=kv_blocks,
+        engine=EngineConfig(max_num_batched_tokens=budget, event_skipping=skipping),
+    )
+    sim = Simulator(workload, cluster, GatewayConfig(**gateway), seed=0).run()
+    assert_accounting(sim)
+    return sim
+
+
+def test_lone_request_exact_ttft_and_e2e():
+    sim = simulate(Workload([0.5], [100], [10]))
+    t = sim.table
+    # schedulable at 0.5 + 1 ms; prefill 5000 + 10*100 us; then 9 decode steps of 5100 us
+    assert t.first_token_t[0] - 0.5 == pytest.approx(0.001 + 0.006, abs=1e-12)
+    assert t.finish_t[0] - 0.5 == pytest.approx(0.007 + 9 * 0.0051, abs=1e-12)
+    s = summarize(sim)["classes"]["all"]
+    assert s["tpot_mean"] == pytest.approx(0.0051)
+
+
+def test_chunked_prefill_splits_prompt_by_budget():
+    sim = simulate(Workload([0.0], [5000], [2]))
+    # chunks of 2048, 2048, 904 tokens, then one decode step
+    chunks = [5000 + 10 * 2048, 5000 + 10 * 2048, 5000 + 10 * 904]
+    assert sim.table.first_token_t[0] == pytest.approx(0.001 + sum(chunks) * 1e-6)
+    assert sim.table.finish_t[0] == pytest.approx(0.001 + (sum(chunks) + 5100) * 1e-6)
+
+
+def shared_prefix_pair(second_arrival: float) -> Workload:
+    # 16-token hash blocks: both share the first three blocks (48 tokens)
+    return Workload([0.0, second_arrival], [64, 64], [2, 2], hash_ids=[1, 2, 3, 4, 1, 2, 3, 5],
+                    hash_offsets=[0, 4, 8], hash_block_tokens=16)
+
+
+def test_second_request_computes_only_uncached_tokens():
+    sim = simulate(shared_prefix_pair(1.0))
+    t = sim.table
+    assert t.prefix_hit.tolist() == [0, 48]
+    # the second prefill prices 16 uncached tokens
+    assert t.first_token_t[1] - 1.0 == pytest.approx(0.001 + (5000 + 10 * 16) * 1e-6)
+    assert summarize(sim)["prefix_hit_token_ratio"] == pytest.approx(48 / 128)
+
+
+def test_fully_cached_prompt_recomputes_last_block():
+    w = Workload([0.0, 1.0], [64, 64], [2, 2], hash_ids=[1, 2, 3, 4] * 2, hash_offsets=[0, 4, 8],
+                 hash_block_tokens=16)
+    sim = simulate(w)
+    assert sim.table.prefix_hit.tolist() == [0, 48]
+
+
+def test_small_kv_cache_preempts_then_completes_everything():
+    # each request needs ceil((64 + 100) / 16) = 11 blocks at its end; 4 x 11 > 20
+    w = Workload(np.zeros(4), [64] * 4, [100] * 4)
+    sim = simulate(w, kv_blocks=20)
+    assert sim.table.preemptions.sum() > 0
+    assert sim.table.counts()["finished"] == 4
+    assert (sim.table.generated == 100).all()
+    assert sim.instances[0].cache.used == 0
+
+
+def test_request_larger_than_kv_capacity_is_dropped():
+    w = Workload([0.0, 0.0], [400, 64], [10, 10])  # 26 blocks > 20
+    sim = simulate(w, kv_blocks=20)
+    assert sim.table.counts() == {"in_flight": 0, "finished": 1, "rejected": 0, "expired": 0, "dropped": 1}
+    assert summarize(sim)["outcomes"]["dropped"] == 1
+
+
+def test_event_skipping_is_exact():
+    rng = np.random.default_rng(3)
+    n = 400
+    w = Workload(np.cumsum(rng.exponential(0.02, n)), rng.integers(2, 900, n), rng.integers(2, 600, n))
+    a = simulate(w, instances=2, kv_blocks=300)
+    b = simulate(w, instances=2, kv_blocks=300, skipping=False)
+    assert a.table.preemptions.sum() > 0  # the case exercises preemption too
+    for col in ("first_token_t", "finish_t", "prefix_hit", "preemptions", "outcome"):
+        np.testing.assert_array_equal(getattr(a.table, col), getattr(b.table, col))
+    assert sum(i.iterations for i in a.instances) == sum(i.iterations for i in b.instances)
+
+
+def test_same_seed_same_summary_bit_for_bit():
+    rng = np.random.default_rng(5)
+    n = 300
+    w = Workload(np.cumsum(rng.exponential(0.01, n)), rng.integers(2, 900, n), rng.integers(2, 300, n))
+    runs = [simulate(w, instances=3, router="random") for _ in range(2)]
+    s0, s1 = (summarize(s) for s in runs)
+    s0.pop("wall_seconds"), s1.pop("wall_seconds")
+    assert s0 == s1
+    np.testing.assert_array_equal(runs[0].table.instance, runs[1].table.instance)
+
+
+def test_horizon_leaves_requests_in_flight_and_counts_add_up():
+    w = Workload(np.linspace(0, 10, 200), [500] * 200, [400] * 200)
+    cluster = ClusterConfig(instances=1, latency_model="linear", latency_params=COEF, kv_blocks=1000)
+    sim = Simulator(w, cluster, horizon_s=3.0).run()
+    c = sim.table.counts()
+    assert c["in_flight"] > 0 and c["finished"] > 0
+    assert sum(c.values()) == 200
+    assert summarize(sim)["outcomes"]["arrivals"] == int((w.arrival_s <= 3.0).sum())
