@@ -41,6 +41,14 @@ class EngineConfig:
     max_model_len: int | None = None
     event_skipping: bool = True
 
+    @classmethod
+    def blis(cls, **overrides) -> "EngineConfig":
+        """BLIS's engine defaults (DESIGN 3.3): 16-token blocks, ``max_num_seqs`` 256,
+        ``max_num_batched_tokens`` 2048, no long-prefill threshold (a prompt is chunked
+        only by the token budget). KV capacity comes from ``ClusterConfig``
+        (``gpu_memory_utilization`` 0.9: 15,909 blocks for Qwen3-14B on one H100)."""
+        return cls(**{"max_num_seqs": 256, "max_num_batched_tokens": 2048, "block_size": 16, **overrides})
+
     def __post_init__(self) -> None:
         for f in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             check_nonnegative(f"engine.{f}", getattr(self, f), strict=True)
@@ -162,8 +170,11 @@ class Instance:
             return
         prefill = (take > 0) & ~decode
         dec = (take > 0) & decode
+        # comp[prefill]: tokens already in KV before this chunk (earlier chunks, prefix
+        # hits); only models with ``uses_prefill_past`` (BLIS's roofline) read it.
         step_us = self.latency.step_time_us(
-            take[prefill], (self.inp + self.gen)[prefill], int(dec.sum()), int(self.comp[dec].sum()))
+            take[prefill], (self.inp + self.gen)[prefill], int(dec.sum()), int(self.comp[dec].sum()),
+            prefill_past=self.comp[prefill])
         self._take, self._prefill = take, prefill
         self._seg_ends = None
         self.next_t = t + step_us * 1e-6

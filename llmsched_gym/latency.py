@@ -39,6 +39,12 @@ class StepTimeModel:
 
     name: str = ""
     first_token_delay_us: float = 0.0
+    #: BLIS parity: price every iteration and overhead in whole microseconds, as BLIS's
+    #: int64 clock does (see :meth:`_quantize`). Off by default (fractions kept).
+    integer_us: bool = False
+    #: Whether :meth:`_step` takes a fifth argument, the tokens already in KV of each
+    #: prefilling request (the engine passes them; see ``prefill_past``).
+    uses_prefill_past: bool = False
 
     def __init__(self, hardware: str | Hardware = "H100", model: str | ModelConfig = "qwen3-14b", tp: int = 1):
         self.hardware = get_hardware(hardware)
@@ -49,7 +55,8 @@ class StepTimeModel:
 
     # --- public interface -------------------------------------------------------------
     def step_time_us(
-        self, prefill_new: np.ndarray, prefill_len: np.ndarray, n_decode: int, decode_context_sum: int
+        self, prefill_new: np.ndarray, prefill_len: np.ndarray, n_decode: int, decode_context_sum: int,
+        prefill_past: np.ndarray | None = None,
     ) -> float:
         """Duration of one engine iteration, us.
 
@@ -58,16 +65,25 @@ class StepTimeModel:
             prefill_len: per prefilling request, its total prompt length in tokens (s_r).
             n_decode: decoding requests in the batch (one token each).
             decode_context_sum: sum over decoding requests of their contexts (tokens in KV), C.
+            prefill_past: per prefilling request, tokens already in KV before this chunk
+                (earlier chunks and prefix-cache hits). Only models that set
+                ``uses_prefill_past`` read it; None means ``prefill_len - prefill_new``.
         """
         t, s = _as_tokens(prefill_new), _as_tokens(prefill_len)
-        return float(self._step(t, s, int(n_decode), float(decode_context_sum)))
+        if self.uses_prefill_past:
+            past = np.maximum(s - t, 0.0) if prefill_past is None else _as_tokens(prefill_past)
+            step = self._step(t, s, int(n_decode), float(decode_context_sum), past)
+        else:
+            step = self._step(t, s, int(n_decode), float(decode_context_sum))
+        return float(self._quantize(step))
 
     def decode_run_us(self, n_decode: int, context_sum0: int, k: int) -> np.ndarray:
         """Step times (us) of k consecutive decode-only iterations of ``n_decode`` requests
         whose context sum starts at ``context_sum0`` and grows by ``n_decode`` per iteration."""
         contexts = float(context_sum0) + float(n_decode) * np.arange(int(k), dtype=np.float64)
         empty = np.zeros(0)
-        return np.broadcast_to(self._step(empty, empty, int(n_decode), contexts), contexts.shape).astype(np.float64)
+        steps = np.broadcast_to(self._step(empty, empty, int(n_decode), contexts), contexts.shape)
+        return np.asarray(self._quantize(steps), dtype=np.float64)
 
     def floor_us(
         self, prefill_new: np.ndarray, prefill_len: np.ndarray, n_decode: int, decode_context_sum: int
@@ -94,6 +110,14 @@ class StepTimeModel:
         """Added (us) to the engine's finish time (end of the request's last iteration) when
         recording it, per request with ``output_tokens`` generated tokens."""
         return np.zeros(np.shape(output_tokens))
+
+    def _quantize(self, step_us: FloatOrArray) -> FloatOrArray:
+        """Step time as BLIS's clock would see it when ``integer_us`` is set: truncated to
+        whole microseconds (Go's ``int64(x)``, as ``clampToInt64`` does), at least 1 us
+        (``executeBatchStep`` floors every step at 1 tick). Identity otherwise."""
+        if not self.integer_us:
+            return step_us
+        return np.maximum(np.floor(step_us), 1.0)
 
     # --- shared physics ---------------------------------------------------------------
     def _step(self, t: np.ndarray, s: np.ndarray, n: int, c: FloatOrArray) -> FloatOrArray:
@@ -199,13 +223,19 @@ class RooflineModel(StepTimeModel):
     and, unlike here, reads only the top-k experts' weights of an MoE. Here activation
     bytes are left out (they stay on chip in fused kernels) and ``overhead_us`` adds a
     fixed per-iteration cost (CPU scheduling, kernel launches; 0 = BLIS parity). BLIS
-    applies no alpha overheads to its roofline by default, nor does this model.
+    applies no alpha overheads to its roofline by default, nor does this model. BLIS
+    also counts only 2 MLP matrices (not SwiGLU's 3) and no lm_head, so for a dense
+    model it prices ~27% fewer FLOPs and weight bytes than this model; see
+    :class:`BlisRooflineModel` ("blis-roofline"), which reproduces it exactly, and
+    docs/validation.md for what that does to a replay.
 
     Args:
         hardware, model, tp: the instance.
         mfu_prefill: achieved fraction of peak FLOPs on prefill tokens, in (0, 1].
         mfu_decode: achieved fraction of peak FLOPs on decode tokens, in (0, 1].
         overhead_us: fixed cost added to every iteration, us.
+        integer_us: BLIS parity (off by default): truncate each step to whole microseconds
+            (``clampToInt64`` in ``rooflineStepTime``), at least 1 us.
     """
 
     name = "roofline"
@@ -219,8 +249,10 @@ class RooflineModel(StepTimeModel):
         mfu_prefill: float = 0.45,
         mfu_decode: float = 0.30,
         overhead_us: float = 0.0,
+        integer_us: bool = False,
     ):
         super().__init__(hardware, model, tp)
+        self.integer_us = bool(integer_us)
         if not (0 < mfu_prefill <= 1 and 0 < mfu_decode <= 1 and overhead_us >= 0):
             raise ConfigError(
                 f"mfu_prefill={mfu_prefill!r}, mfu_decode={mfu_decode!r}, overhead_us={overhead_us!r}: "
@@ -237,6 +269,69 @@ class RooflineModel(StepTimeModel):
         kv = m.kv_bytes_per_token * (t.sum() + past.sum() + c + n)
         memory = (weights + kv) / hw.bytes_per_us
         return np.maximum(compute, memory) / self.tp + self.overhead_us
+
+
+class BlisRooflineModel(RooflineModel):
+    """BLIS's roofline, term for term (sim/latency/roofline.go ``rooflineStepTime``), for
+    parity runs only; :class:`RooflineModel` is the physical one.
+
+    Per prefilling request with ``p`` tokens already in KV (BLIS's ``ProgressIndex``) and
+    ``t`` new tokens, and per decoding request with context ``p`` (``t`` = 1), effective
+    context e = p + (t - 1) / 2 for t > 1, else p:
+
+        FLOPs = L [2t (d^2 + 2 d dKV) + 2t d^2 + 4 H t e dh + 2t (2 d dff)]      (GEMMs)
+              + L [5 H t e + 2 t d]                                          (softmax, RoPE)
+        bytes = KV (t + p) + L d 2 t                       (KV write + read, activations)
+        step  = max(sum FLOPs_pf / (peak mfu_prefill) + sum FLOPs_dc / (peak mfu_decode),
+                    (weights + sum bytes) / bandwidth) / tp,
+        weights = L [d (d + 2 dKV) + d^2 + 2 d dff] x 2 bytes, read once per step.
+
+    Where it departs from :class:`RooflineModel` (and from the hardware):
+    - the MLP counts 2 matrices, not SwiGLU's 3 (``mlpMatrixCount`` returns 2, the
+      llm-optimizer convention), so a dense token costs ~27% fewer FLOPs and the weights
+      ~27% fewer bytes (Qwen3-14B: 19.3 GFLOP and 19.3 GB instead of 26.4);
+    - no lm_head: neither its FLOPs on sampled tokens nor its weight bytes;
+    - attention context p + (t - 1) / 2 (ours p + (t + 1) / 2; decode: p, ours p + 1),
+      with head_dim = hidden / heads, plus softmax/RoPE "vector" FLOPs at the same MFU;
+    - activation bytes L d 2 per token;
+    - MoE: routed experts' FLOPs (2 matrices x k) and the expected distinct experts'
+      weights, N (1 - ((N - k) / N)^B) for B new tokens in the step, no gate.
+    With ``integer_us`` each step is truncated to whole microseconds, as BLIS does (the
+    reference run's lone requests match to the microsecond). No alpha overheads.
+    """
+
+    name = "blis-roofline"
+    uses_prefill_past = True
+
+    def _step(self, t: np.ndarray, s: np.ndarray, n: int, c: FloatOrArray,
+              past: np.ndarray | None = None) -> FloatOrArray:
+        m, hw = self.model, self.hardware
+        if past is None:
+            past = np.maximum(s - t, 0.0)
+        L, d, H = float(m.layers), float(m.hidden), float(m.heads)
+        dh = d / H  # BLIS derives head_dim from hidden / heads
+        dkv = m.kv_heads * dh
+        moe = m.num_experts > 1
+        mlp = 2.0 * 2.0 * d * m.ffn * (m.experts_per_token if moe else 1)  # FLOPs per token per layer
+        per_token = L * (2.0 * (d * d + 2 * d * dkv) + 2.0 * d * d + mlp + 2.0 * d)  # + RoPE
+        per_pair = L * (4.0 * H * dh + 5.0 * H)  # attention GEMMs + softmax per (query, context)
+        eff = past + np.where(t > 1, (t - 1) / 2.0, 0.0)
+        pf_flops = per_token * t.sum() + per_pair * float(np.sum(t * eff))
+        dc_flops = per_token * n + per_pair * c
+        compute = pf_flops / (hw.flops_per_us * self.mfu_prefill) + dc_flops / (hw.flops_per_us * self.mfu_decode)
+        kv = 2.0 * L * m.kv_heads * dh * m.dtype_bytes  # bytes per token of KV
+        act = L * d * m.dtype_bytes  # activation bytes per new token
+        dyn = kv * (t.sum() + past.sum() + c + n) + act * (t.sum() + n)
+        new_tokens = t.sum() + n
+        if moe:
+            N, k = float(m.num_experts), float(m.experts_per_token)
+            experts = N * (1.0 - ((N - k) / N) ** new_tokens) if new_tokens > 0 else 0.0
+        else:
+            experts = 1.0
+        weights = L * (d * (d + 2 * dkv) + d * d + 2.0 * d * m.ffn * experts) * m.dtype_bytes
+        memory = (weights + dyn) / hw.bytes_per_us
+        step = np.maximum(compute, memory) / self.tp
+        return np.where(new_tokens > 0, step, 0.0) + self.overhead_us
 
 
 class TrainedPhysicsModel(StepTimeModel):
@@ -282,6 +377,10 @@ class TrainedPhysicsModel(StepTimeModel):
         a0: arrival -> schedulable delay, us.
         a1: per-request completion overhead, us.
         a2: per-output-token post-processing, us.
+        integer_us: BLIS parity (off by default): truncate each step, a0, a1 and a2 to whole
+            microseconds as BLIS does (``clampToInt64``: a0 15563, a1 777, a2 45 us), so
+            a request with n output tokens carries 45 n + 777 us, not 45.91 n + 777.35 us.
+            Over a 5,000-request replay the fractions otherwise add ~1-3 ms per request.
     """
 
     name = "blis-trained-physics"
@@ -304,10 +403,14 @@ class TrainedPhysicsModel(StepTimeModel):
         a0: float = 15563.20,
         a1: float = 777.35,
         a2: float = 45.91,
+        integer_us: bool = False,
     ):
         super().__init__(hardware, model, tp)
         self.b1a, self.b1b, self.b2a, self.b2b, self.b3, self.b4 = b1a, b1b, b2a, b2b, b3, b4
         self.b5, self.b6, self.b7 = b5, b6, b7
+        self.integer_us = bool(integer_us)
+        if self.integer_us:  # BLIS: QueueingTime etc. return int64(alpha)
+            a0, a1, a2 = float(np.floor(a0)), float(np.floor(a1)), float(np.floor(a2))
         self.a0, self.a1, self.a2 = a0, a1, a2
         self.first_token_delay_us = float(a2)
 
@@ -341,7 +444,7 @@ class TrainedPhysicsModel(StepTimeModel):
 
 
 _KINDS: dict[str, type[StepTimeModel]] = {
-    cls.name: cls for cls in (LinearModel, RooflineModel, TrainedPhysicsModel)
+    cls.name: cls for cls in (LinearModel, RooflineModel, TrainedPhysicsModel, BlisRooflineModel)
 }
 
 
@@ -361,7 +464,8 @@ def make_latency_model(
     """Build a step-time model.
 
     Args:
-        kind: "linear", "roofline" or "blis-trained-physics".
+        kind: "linear", "roofline", "blis-roofline" (BLIS's roofline formula, parity only)
+            or "blis-trained-physics".
         hardware: GPU preset or name.
         model: model preset or name.
         tp: tensor-parallel degree.

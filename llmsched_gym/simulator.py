@@ -36,7 +36,8 @@ class ClusterConfig:
     Args:
         instances: number of model instances.
         hardware, model, tp: presets (see ``llmsched_gym.hardware``) and tensor parallelism.
-        latency_model: ``linear``, ``roofline`` or ``blis-trained-physics``.
+        latency_model: ``linear``, ``roofline``, ``blis-trained-physics`` or
+            ``blis-roofline`` (BLIS's roofline formula; for parity runs only).
         latency_params: keyword overrides for the step-time model's coefficients.
         kv_blocks: KV capacity per instance in blocks; None derives it from memory
             (DESIGN 3.2); ``"unlimited"`` disables capacity limits and eviction.

@@ -155,3 +155,39 @@ class Workload:
         pos = np.arange(len(self.hash_ids)) - self.hash_offsets[req]
         tokens = np.minimum(G, self.input_tokens[req] - pos * G).clip(min=0)
         return float(tokens[seen_before].sum() / self.input_tokens.sum())
+
+
+def merge_workloads(parts: list[Workload], name: str = "mixture") -> Workload:
+    """Interleave several workloads by arrival time (stable), keeping their prefix chains
+    apart: each part's hash ids are offset past the previous parts' ids, and each
+    part's prefix groups and sessions are renumbered to stay distinct.
+    """
+    G = {w.hash_block_tokens for w in parts if w.hash_block_tokens}
+    if len(G) > 1:
+        raise ConfigError(f"cannot merge workloads with different hash_block_tokens {sorted(G)}")
+    ids, offsets, groups, sessions = [], [np.zeros(1, np.int64)], [], []
+    id_base = grp_base = ses_base = 0
+    for w in parts:
+        ids.append(w.hash_ids + id_base)
+        offsets.append(w.hash_offsets[1:] + offsets[-1][-1])
+        groups.append(np.where(w.prefix_group >= 0, w.prefix_group + grp_base, -1))
+        sessions.append(np.where(w.session_id >= 0, w.session_id + ses_base, -1))
+        id_base += int(w.hash_ids.max()) + 1 if len(w.hash_ids) else 0
+        grp_base += int(w.prefix_group.max()) + 1 if (w.prefix_group >= 0).any() else 0
+        ses_base += int(w.session_id.max()) + 1 if (w.session_id >= 0).any() else 0
+    arrival = np.concatenate([w.arrival_s for w in parts])
+    order = np.argsort(arrival, kind="stable")
+    flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    offs = np.concatenate(offsets)
+    lens = np.diff(offs)[order]
+    starts = offs[:-1][order]
+    new_offsets = np.concatenate([[0], np.cumsum(lens)])
+    gather = np.repeat(starts - new_offsets[:-1], lens) + np.arange(new_offsets[-1])
+    cat = lambda f: np.concatenate([getattr(w, f) for w in parts])[order]  # noqa: E731
+    slo_ttft, slo_tpot = {}, {}
+    for w in parts:
+        slo_ttft.update(w.slo_ttft_s)
+        slo_tpot.update(w.slo_tpot_s)
+    return Workload(arrival[order], cat("input_tokens"), cat("output_tokens"), cat("priority"),
+                    flat[gather], new_offsets, G.pop() if G else 0, np.concatenate(sessions)[order],
+                    np.concatenate(groups)[order], slo_ttft, slo_tpot, name)

@@ -1,0 +1,153 @@
+"""The built-in scenarios (DESIGN 6). Names are fixed so results compare across versions.
+
+Flow-control seed workloads (llm-d's flow-control article) on 2 x H100, Qwen3-14B,
+linear step-time preset: ``codegen``, ``chat``, ``reasoning``. Their published QPS
+points are regimes, not rates to copy, so ``paper_qps`` maps to a load:
+``load = paper_qps / published_capacity`` with published capacities codegen 15, chat 70,
+reasoning 0.55 QPS (estimated from the regimes the article reports: codegen 4 and 10
+under capacity, 16 at or just above; chat 20 under, 40/60 approaching, 80 above;
+reasoning 0.2 under, 0.7 above). Default: the highest published point.
+
+LMetric-style routing families on 16 x H20, Qwen3-30B-A3B, roofline (``*-qwen2-7b``
+variants on Qwen2-7B): ``chatbot``, ``agent``, ``coder``, ``toolagent`` at ``load=0.5``
+of measured capacity by default, and ``kv-hotspot``.
+
+Trace replays: ``mooncake-conversation``, ``azure-code``, ``azure-conv`` at the trace's
+own rate by default (``qps``/``load`` rescale time).
+"""
+
+from __future__ import annotations
+
+from .engine import EngineConfig
+from .scenarios import Scenario, TraceSource, register_scenario
+from .simulator import ClusterConfig, GatewayConfig
+from .synthetic import ArrivalSpec, ClassSpec, LengthSpec, PrefixSpec, WorkloadSpec
+
+
+def _lognormal(mean: float, std: float, lo: int = 1, hi: int | None = None) -> LengthSpec:
+    return LengthSpec("lognormal", mean, std, lo, hi)
+
+
+def _two_classes(critical_share: float, ttft_slo_s: float, tpot_slo_s: float) -> list[ClassSpec]:
+    return [
+        ClassSpec("critical", 0, critical_share, ttft_slo_s, tpot_slo_s),
+        ClassSpec("sheddable", -1, round(1.0 - critical_share, 10), ttft_slo_s * 5, tpot_slo_s * 2),
+    ]
+
+
+def _flow_control(name: str, description: str, inp: LengthSpec, out: LengthSpec, critical_share: float,
+                  published_capacity: float, default_paper_qps: float, duration_s: float,
+                  slo: tuple[float, float]) -> Scenario:
+    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", published_capacity), input=inp, output=out,
+                        classes=_two_classes(critical_share, *slo), duration_s=duration_s, name=name)
+    return Scenario(
+        name=name, description=description,
+        cluster=ClusterConfig(instances=2, hardware="H100", model="qwen3-14b", latency_model="linear",
+                              engine=EngineConfig(max_num_batched_tokens=8192)),
+        workload=spec,
+        gateway=GatewayConfig(router="llm-d", flow_control="static-usage-limit"),
+        published_capacity_qps=published_capacity, default_rate={"paper_qps": default_paper_qps},
+        capacity_horizon_s=max(120.0, duration_s / 2),
+    )
+
+
+def codegen() -> Scenario:
+    return _flow_control(
+        "codegen", "llm-d flow control: code generation, in ~1176 / out ~195 tokens, 30% critical; 2 x H100 Qwen3-14B",
+        _lognormal(1176, 600, 16, 8000), _lognormal(195, 150, 2, 2000), 0.3, 15.0, 16.0, 180.0, (1.0, 0.1))
+
+
+def chat() -> Scenario:
+    return _flow_control(
+        "chat", "llm-d flow control: chat, in ~39 / out ~300 tokens, 30% critical; 2 x H100 Qwen3-14B",
+        _lognormal(39, 30, 4, 512), _lognormal(300, 200, 2, 2000), 0.3, 70.0, 80.0, 120.0, (0.5, 0.1))
+
+
+def reasoning() -> Scenario:
+    return _flow_control(
+        "reasoning", "llm-d flow control: reasoning, in ~780 / out ~6200 tokens, 50% critical; 2 x H100 Qwen3-14B",
+        _lognormal(780, 400, 16, 4000), _lognormal(6200, 2500, 100, 16000), 0.5, 0.55, 0.7, 900.0, (2.0, 0.1))
+
+
+# --------------------------------------------------------------------------- LMetric families
+_FAMILIES = {
+    # name: (description, input, output, prefix, arrival cv)
+    "chatbot": ("multi-turn chat with shared system prompts (Zipf), history reused by the next turn",
+                _lognormal(150, 120, 4, 2000), _lognormal(250, 200, 4, 2000),
+                PrefixSpec(block_tokens=64, system_prompt_groups=20, system_prompt_tokens=_lognormal(800, 400, 64, 4000),
+                           zipf_s=1.1, session_share=0.7, turns=LengthSpec("gaussian", 4, 2, 2, 10),
+                           think_time_s=20.0, decode_tokens_per_s=40.0), 1.0),
+    "agent": ("API-calling agents: long shared tool prompts, short outputs",
+              _lognormal(300, 200, 8, 3000), _lognormal(60, 40, 2, 600),
+              PrefixSpec(block_tokens=64, system_prompt_groups=8, system_prompt_tokens=_lognormal(4000, 1500, 512, 12000),
+                         zipf_s=1.0, session_share=0.4, turns=LengthSpec("gaussian", 3, 1, 2, 6),
+                         think_time_s=2.0, decode_tokens_per_s=40.0), 1.5),
+    "coder": ("coding assistant: long code context with high reuse across turns",
+              _lognormal(400, 300, 16, 4000), _lognormal(300, 200, 8, 2000),
+              PrefixSpec(block_tokens=64, system_prompt_groups=40, system_prompt_tokens=_lognormal(6000, 3000, 512, 20000),
+                         zipf_s=1.2, session_share=0.6, turns=LengthSpec("gaussian", 5, 2, 2, 12),
+                         think_time_s=15.0, decode_tokens_per_s=40.0), 1.0),
+    "toolagent": ("Mooncake-style tool agent: long loops of short steps over a growing context",
+                  _lognormal(500, 300, 16, 4000), _lognormal(100, 80, 2, 1000),
+                  PrefixSpec(block_tokens=64, system_prompt_groups=4, system_prompt_tokens=_lognormal(2000, 800, 256, 8000),
+                             zipf_s=1.0, session_share=0.9, turns=LengthSpec("gaussian", 8, 3, 2, 16),
+                             think_time_s=1.0, decode_tokens_per_s=40.0), 2.0),
+}
+
+
+def _lmetric_cluster(model: str) -> ClusterConfig:
+    return ClusterConfig(instances=16, hardware="H20", model=model, latency_model="roofline",
+                         engine=EngineConfig(max_num_batched_tokens=8192))
+
+
+def _family(name: str, model: str, suffix: str) -> Scenario:
+    desc, inp, out, prefix, cv = _FAMILIES[name]
+    arrival = ArrivalSpec("poisson", 20.0) if cv == 1.0 else ArrivalSpec("gamma", 20.0, cv)
+    spec = WorkloadSpec(arrival=arrival, input=inp, output=out, classes=[ClassSpec("critical", 0, 1.0, 2.0, 0.15)],
+                        prefix=prefix, duration_s=120.0, name=name + suffix)
+    return Scenario(name=name + suffix, description=f"LMetric {name}: {desc}; 16 x H20 {model}",
+                    cluster=_lmetric_cluster(model), workload=spec, gateway=GatewayConfig(router="llm-d"),
+                    default_rate={"load": 0.5})
+
+
+def kv_hotspot(model: str = "qwen3-30b-a3b", suffix: str = "") -> Scenario:
+    """Chatbot background plus two bursts of long requests sharing one 6k-token prefix."""
+    background = _family("chatbot", model, suffix).workload
+    background.name = "background"
+    burst = [[0, 1], [30, 1], [30, 40], [60, 40], [60, 1], [90, 1], [90, 40], [110, 40], [110, 1]]
+    hot = WorkloadSpec(
+        arrival=ArrivalSpec("poisson", 0.2, rate_curve=burst), input=_lognormal(200, 100, 8, 1000),
+        output=_lognormal(120, 60, 4, 600), classes=[ClassSpec("critical", 0, 1.0, 2.0, 0.15)],
+        prefix=PrefixSpec(block_tokens=64, system_prompt_groups=1, system_prompt_tokens=6000),
+        duration_s=120.0, name="hot")
+    return Scenario(name="kv-hotspot" + suffix,
+                    description=f"KV-cache hotspot: bursts of 6k-prefix requests over a chatbot background; 16 x H20 {model}",
+                    cluster=_lmetric_cluster(model), workload=[background, hot],
+                    gateway=GatewayConfig(router="llm-d"), default_rate={"load": 0.5})
+
+
+def _trace(name: str, description: str, path: str, fmt: str, instances: int) -> Scenario:
+    return Scenario(name=name, description=description,
+                    cluster=ClusterConfig(instances=instances, hardware="H100", model="qwen3-14b", latency_model="linear",
+                                          engine=EngineConfig(max_num_batched_tokens=8192)),
+                    workload=TraceSource(path, fmt, critical_share=0.3), gateway=GatewayConfig(router="llm-d"),
+                    capacity_horizon_s=600.0)
+
+
+register_scenario("codegen", codegen)
+register_scenario("chat", chat)
+register_scenario("reasoning", reasoning)
+for _name in _FAMILIES:
+    register_scenario(_name, lambda n=_name: _family(n, "qwen3-30b-a3b", ""))
+    register_scenario(f"{_name}-qwen2-7b", lambda n=_name: _family(n, "qwen2-7b", "-qwen2-7b"))
+register_scenario("kv-hotspot", kv_hotspot)
+register_scenario("kv-hotspot-qwen2-7b", lambda: kv_hotspot("qwen2-7b", "-qwen2-7b"))
+register_scenario("mooncake-conversation", lambda: _trace(
+    "mooncake-conversation", "Mooncake (Kimi) conversation trace, 12k requests with prefix hashes; 4 x H100 Qwen3-14B",
+    "mooncake/conversation_trace.jsonl", "mooncake", 4))
+register_scenario("azure-code", lambda: _trace(
+    "azure-code", "Azure LLM inference 2023, code (bursty), 8.8k requests; 2 x H100 Qwen3-14B",
+    "azure_llm_2023/AzureLLMInferenceTrace_code.csv", "azure", 2))
+register_scenario("azure-conv", lambda: _trace(
+    "azure-conv", "Azure LLM inference 2023, conversation, 19k requests; 2 x H100 Qwen3-14B",
+    "azure_llm_2023/AzureLLMInferenceTrace_conv.csv", "azure", 2))

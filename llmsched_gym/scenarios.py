@@ -1,0 +1,471 @@
+"""Scenarios: a cluster + a workload + default gateway policies + a horizon (DESIGN 6).
+
+A :class:`Scenario` is everything needed to run one experiment except the policies
+under test and the seed. Built-in scenarios have fixed names so that results are
+comparable across versions; users add their own with :func:`register_scenario` or write
+them as YAML (:func:`load_scenario`, ``llmsched-gym run --scenario path.yaml``).
+
+Rates: a scenario's workload has a *base* request rate (the spec's ``rate``, or a
+trace's own mean rate). ``make_scenario(name, qps=...)`` sets the rate literally;
+``load=...`` sets it to a fraction of the cluster's capacity for this workload, measured
+by :func:`measure_capacity`; ``paper_qps=...`` (seed flow-control scenarios) maps a
+published QPS point to ``load = paper_qps / published_capacity_qps``.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import yaml
+
+from .engine import EngineConfig
+from .errors import ConfigError, check_nonnegative
+from .simulator import ClusterConfig, GatewayConfig, Simulator
+from .synthetic import WorkloadSpec, generate
+from .workload import Workload, merge_workloads
+
+#: Default location of the shipped public traces: ``../shared/traces`` beside the repository.
+DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+@dataclass
+class TraceSource:
+    """A workload replayed from a trace file.
+
+    Args:
+        path: the file; a relative path is resolved against the trace directory
+            (``LLMSCHED_TRACE_DIR`` or ``../shared/traces`` beside the repository).
+        format: ``mooncake``, ``azure`` or ``blis``.
+        limit: use only the first ``limit`` requests.
+        critical_share: fraction of requests made critical (priority 0, chosen with the
+            seed); the rest are sheddable (-1). None keeps the trace's priorities.
+    """
+
+    path: str
+    format: str
+    limit: int | None = None
+    critical_share: float | None = None
+
+    def resolve(self) -> Path:
+        p = Path(self.path).expanduser()
+        if not p.is_absolute():
+            p = Path(os.environ.get("LLMSCHED_TRACE_DIR", DEFAULT_TRACE_DIR)) / p
+        if not p.exists():
+            raise ConfigError(
+                f"trace file {p} not found; download it (see docs/scenarios.md) and set "
+                f"workload.trace.path or the LLMSCHED_TRACE_DIR environment variable"
+            )
+        return p
+
+    def load(self) -> Workload:
+        from .traces import load_trace
+
+        key = (str(self.resolve()), self.format, self.limit)
+        if key not in _TRACE_CACHE:
+            kwargs = {} if self.format == "blis" else {"limit": self.limit}
+            _TRACE_CACHE[key] = load_trace(self.resolve(), self.format, **kwargs)
+        return _TRACE_CACHE[key]
+
+    def base_rate(self) -> float:
+        return self.load().mean_rate
+
+
+_TRACE_CACHE: dict[tuple, Workload] = {}
+
+
+@dataclass
+class Scenario:
+    """One experiment setting.
+
+    Args:
+        name: registry name.
+        description: one line for ``llmsched-gym scenarios``.
+        cluster: the instances (:class:`ClusterConfig`).
+        workload: a :class:`WorkloadSpec`, a list of them (a mixture, generated with
+            independent seeds and merged), or a :class:`TraceSource`.
+        gateway: default policies (overridden per run by the evaluation harness).
+        horizon_s: stop time; None runs until every request has finished.
+        qps / load / paper_qps: the rate setting; at most one is used, in that order.
+        published_capacity_qps: capacity implied by the published regimes (for paper_qps).
+        default_rate: what an unspecified rate means: ``{"load": 0.5}``, ``{"paper_qps": 16}``
+            or ``{}`` (the workload's own base rate).
+        capacity_horizon_s: arrival window used when measuring capacity.
+    """
+
+    name: str
+    description: str
+    cluster: ClusterConfig
+    workload: WorkloadSpec | list | TraceSource
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    horizon_s: float | None = None
+    qps: float | None = None
+    load: float | None = None
+    paper_qps: float | None = None
+    published_capacity_qps: float | None = None
+    default_rate: dict = field(default_factory=dict)
+    capacity_horizon_s: float = 120.0
+
+    # ------------------------------------------------------------------ rates
+    @property
+    def specs(self) -> list[WorkloadSpec]:
+        if isinstance(self.workload, TraceSource):
+            return []
+        return list(self.workload) if isinstance(self.workload, (list, tuple)) else [self.workload]
+
+    def base_rate(self) -> float:
+        """Request rate of the workload as written (before any qps/load setting)."""
+        if isinstance(self.workload, TraceSource):
+            return self.workload.base_rate()
+        return float(sum(s.arrival.rate for s in self.specs))
+
+    def target_qps(self) -> float:
+        """The request rate this scenario runs at (may measure capacity, cached)."""
+        setting = {k: getattr(self, k) for k in ("qps", "load", "paper_qps") if getattr(self, k) is not None}
+        if not setting:
+            setting = dict(self.default_rate)
+        if "qps" in setting:
+            return float(setting["qps"])
+        if "paper_qps" in setting:
+            if not self.published_capacity_qps:
+                raise ConfigError(f"scenario {self.name!r} has no published capacity; use qps or load instead of paper_qps")
+            setting = {"load": setting["paper_qps"] / self.published_capacity_qps}
+        if "load" in setting:
+            return float(setting["load"]) * measure_capacity(self)
+        return self.base_rate()
+
+    def at_rate(self, qps: float) -> "Scenario":
+        """A copy running at exactly ``qps`` requests/s."""
+        check_nonnegative("qps", qps, strict=True)
+        return replace(self, qps=float(qps), load=None, paper_qps=None)
+
+    # ------------------------------------------------------------------ building
+    def build_workload(self, seed: int = 0) -> Workload:
+        """The requests of this scenario for ``seed`` (same seed, same requests)."""
+        qps = self.target_qps()
+        factor = qps / self.base_rate()
+        if isinstance(self.workload, TraceSource):
+            from .traces import assign_priorities
+
+            w = self.workload.load()
+            w = w.scaled(1.0 / factor) if factor != 1.0 else w
+            if self.workload.critical_share is not None:
+                w = assign_priorities(w, self.workload.critical_share, seed=seed)
+            return w
+        parts = []
+        for k, spec in enumerate(self.specs):
+            s = copy.deepcopy(spec)
+            s.arrival.rate = spec.arrival.rate * factor
+            parts.append(generate(s, seed=seed * 1000 + k))
+        return parts[0] if len(parts) == 1 else merge_workloads(parts, name=self.name)
+
+    def simulator(self, seed: int = 0, *, router=None, flow_control=..., admission=None,
+                  workload: Workload | None = None, horizon_s=..., **gateway) -> Simulator:
+        """A :class:`Simulator` of this scenario; policy arguments override the defaults.
+
+        ``flow_control=None`` disables the gateway queue; leave it out to keep the
+        scenario's default.
+        """
+        g = replace(self.gateway, **gateway)
+        if router is not None:
+            g.router = router
+        if admission is not None:
+            g.admission = admission
+        if flow_control is not ...:
+            g.flow_control = flow_control
+        return Simulator(workload if workload is not None else self.build_workload(seed), self.cluster, g,
+                         seed=seed, horizon_s=self.horizon_s if horizon_s is ... else horizon_s)
+
+    def to_dict(self) -> dict:
+        """YAML-ready description (what :func:`scenario_from_dict` reads back)."""
+        c = self.cluster
+        cluster = {f.name: getattr(c, f.name) for f in fields(ClusterConfig) if f.name != "engine"}
+        cluster["engine"] = {f.name: getattr(c.engine, f.name) for f in fields(EngineConfig)}
+        gw = {f.name: getattr(self.gateway, f.name) for f in fields(GatewayConfig)}
+        gw = {k: (v if isinstance(v, (str, int, float, type(None))) else getattr(v, "name", str(v))) for k, v in gw.items()}
+        if isinstance(self.workload, TraceSource):
+            wl = {"trace": {f.name: getattr(self.workload, f.name) for f in fields(TraceSource)}}
+        else:
+            wl = [s.to_dict() for s in self.specs]
+            wl = wl[0] if len(wl) == 1 else {"mixture": wl}
+        out = {"name": self.name, "description": self.description, "cluster": cluster, "workload": wl,
+               "gateway": gw, "horizon_s": self.horizon_s, "capacity_horizon_s": self.capacity_horizon_s}
+        for k in ("qps", "load", "paper_qps", "published_capacity_qps"):
+            if getattr(self, k) is not None:
+                out[k] = getattr(self, k)
+        if self.default_rate:
+            out["default_rate"] = dict(self.default_rate)
+        return out
+
+    def fingerprint(self) -> str:
+        """Hash of everything that determines capacity (cluster, workload shape, router)."""
+        d = self.to_dict()
+        d = {k: d[k] for k in ("cluster", "workload", "capacity_horizon_s")} | {"router": d["gateway"]["router"]}
+        if isinstance(self.workload, TraceSource):
+            p = self.workload.resolve()
+            d["trace_stat"] = [p.stat().st_size, int(p.stat().st_mtime)]
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# ====================================================================== registry
+_REGISTRY: dict[str, Scenario | Callable[[], Scenario]] = {}
+
+
+def register_scenario(name: str, scenario_or_factory: Scenario | Callable[[], Scenario], *,
+                      overwrite: bool = False) -> None:
+    """Register a scenario (or a zero-argument factory returning one) under ``name``."""
+    if name in _REGISTRY and not overwrite:
+        raise ConfigError(f"scenario {name!r} is already registered (pass overwrite=True to replace it)")
+    _REGISTRY[name] = scenario_or_factory
+
+
+def list_scenarios() -> list[str]:
+    """Names of the registered scenarios."""
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+_OVERRIDES = {"qps", "load", "paper_qps", "instances", "horizon_s", "router", "flow_control", "admission",
+              "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "trace_path",
+              "capacity_horizon_s", "duration_s", "num_requests"}
+
+
+def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario:
+    """A scenario by registry name, YAML path or object, with overrides applied.
+
+    Overrides: ``qps``, ``load``, ``paper_qps`` (rate; one at most), ``instances``,
+    ``hardware``, ``model``, ``latency_model``, ``kv_blocks``, ``scrape_interval_s``,
+    ``horizon_s``, ``duration_s`` / ``num_requests`` (synthetic window),
+    ``capacity_horizon_s``, ``router``, ``flow_control``, ``admission``, ``trace_path``.
+    """
+    if isinstance(name, Scenario):
+        sc = copy.deepcopy(name)
+    elif str(name).endswith((".yaml", ".yml")):
+        sc = load_scenario(name)
+    else:
+        _load_builtin()
+        if name not in _REGISTRY:
+            raise ConfigError(f"unknown scenario {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
+        entry = _REGISTRY[name]
+        sc = copy.deepcopy(entry if isinstance(entry, Scenario) else entry())
+    unknown = set(overrides) - _OVERRIDES
+    if unknown:
+        raise ConfigError(f"unknown scenario override(s) {sorted(unknown)}; allowed: {', '.join(sorted(_OVERRIDES))}")
+    rate = {k: overrides.pop(k) for k in ("qps", "load", "paper_qps") if overrides.get(k) is not None}
+    for k in ("qps", "load", "paper_qps"):
+        overrides.pop(k, None)
+    if len(rate) > 1:
+        raise ConfigError(f"give at most one of qps, load, paper_qps (got {', '.join(rate)})")
+    for k, v in rate.items():
+        check_nonnegative(k, v, strict=True)
+        sc.qps = sc.load = sc.paper_qps = None
+        setattr(sc, k, float(v))
+    cluster_keys = {"instances", "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s"}
+    cl = {k: overrides.pop(k) for k in list(overrides) if k in cluster_keys}
+    if cl:
+        sc.cluster = replace(sc.cluster, **cl)
+        sc.cluster.make_latency()  # validate names now, before any simulation
+    for k in ("router", "flow_control", "admission"):
+        if k in overrides:
+            setattr(sc.gateway, k, overrides.pop(k))
+    if "horizon_s" in overrides:
+        sc.horizon_s = overrides.pop("horizon_s")
+    if "capacity_horizon_s" in overrides:
+        sc.capacity_horizon_s = float(overrides.pop("capacity_horizon_s"))
+    if "trace_path" in overrides:
+        if not isinstance(sc.workload, TraceSource):
+            raise ConfigError(f"trace_path applies to trace scenarios; {sc.name!r} is synthetic")
+        sc.workload.path = str(overrides.pop("trace_path"))
+    for k in ("duration_s", "num_requests"):
+        if k in overrides:
+            v = overrides.pop(k)
+            for s in sc.specs:
+                s.duration_s, s.num_requests = (v, None) if k == "duration_s" else (None, v)
+                s.validate()
+    return sc
+
+
+# ====================================================================== YAML
+_TOP_KEYS = {"name", "description", "cluster", "workload", "gateway", "horizon_s", "qps", "load",
+             "paper_qps", "published_capacity_qps", "default_rate", "capacity_horizon_s"}
+
+
+def _known(path: str, d, allowed) -> dict:
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path} must be a mapping, got {type(d).__name__}")
+    unknown = set(d) - set(allowed)
+    if unknown:
+        raise ConfigError(f"{path}: unknown field(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    return d
+
+
+def _build(path: str, cls, d: dict):
+    try:
+        return cls(**d)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except TypeError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
+    """Build and validate a scenario from a dict (the YAML schema); errors name the field."""
+    _known(source, d, _TOP_KEYS)
+    for req in ("name", "cluster", "workload"):
+        if req not in d:
+            raise ConfigError(f"{source}: missing required field {req!r}")
+    cl = dict(_known(f"{source}.cluster", d["cluster"], {f.name for f in fields(ClusterConfig)}))
+    if "engine" in cl:
+        cl["engine"] = _build(f"{source}.cluster.engine",
+                              EngineConfig, _known(f"{source}.cluster.engine", cl["engine"], {f.name for f in fields(EngineConfig)}))
+    cluster = _build(f"{source}.cluster", ClusterConfig, cl)
+    try:
+        cluster.make_latency()
+    except ConfigError as e:
+        raise ConfigError(f"{source}.cluster: {e}") from None
+    wl = d["workload"]
+    if isinstance(wl, dict) and "trace" in wl:
+        _known(f"{source}.workload", wl, {"trace"})
+        tr = _known(f"{source}.workload.trace", wl["trace"], {f.name for f in fields(TraceSource)})
+        from .traces import TRACE_FORMATS
+
+        if tr.get("format") not in TRACE_FORMATS:
+            raise ConfigError(f"{source}.workload.trace.format={tr.get('format')!r} is not known; allowed: {', '.join(TRACE_FORMATS)}")
+        workload = _build(f"{source}.workload.trace", TraceSource, tr)
+    elif isinstance(wl, dict) and "mixture" in wl:
+        _known(f"{source}.workload", wl, {"mixture"})
+        workload = [WorkloadSpec.from_dict(w, f"{source}.workload.mixture[{i}]") for i, w in enumerate(wl["mixture"])]
+    else:
+        workload = WorkloadSpec.from_dict(wl, f"{source}.workload")
+    gw = _known(f"{source}.gateway", d.get("gateway", {}) or {}, {f.name for f in fields(GatewayConfig)})
+    gateway = _build(f"{source}.gateway", GatewayConfig, gw)
+    from .policy import make_policy
+
+    for role, key in (("routing", "router"), ("admission", "admission"), ("usage-limit", "flow_control")):
+        spec = getattr(gateway, key)
+        if spec is not None and spec != "external":
+            try:
+                make_policy(spec, role)
+            except ConfigError as e:
+                raise ConfigError(f"{source}.gateway.{key}: {e}") from None
+    sc = Scenario(name=str(d["name"]), description=str(d.get("description", "")), cluster=cluster,
+                  workload=workload, gateway=gateway, horizon_s=d.get("horizon_s"),
+                  published_capacity_qps=d.get("published_capacity_qps"),
+                  default_rate=dict(d.get("default_rate") or {}),
+                  capacity_horizon_s=float(d.get("capacity_horizon_s", 120.0)))
+    for k in ("horizon_s", "published_capacity_qps", "capacity_horizon_s"):
+        if getattr(sc, k) is not None:
+            check_nonnegative(f"{source}.{k}", getattr(sc, k), strict=True)
+    _known(f"{source}.default_rate", sc.default_rate, {"qps", "load", "paper_qps"})
+    rate = {k: d[k] for k in ("qps", "load", "paper_qps") if d.get(k) is not None}
+    if len(rate) > 1:
+        raise ConfigError(f"{source}: give at most one of qps, load, paper_qps")
+    for k, v in rate.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ConfigError(f"{source}.{k}={v!r} is invalid; it must be a number > 0")
+        check_nonnegative(f"{source}.{k}", v, strict=True)
+        setattr(sc, k, float(v))
+    return sc
+
+
+def load_scenario(path: "str | os.PathLike") -> Scenario:
+    """Read a scenario from a YAML file (schema: see docs/scenarios.md)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"scenario file {p} not found")
+    try:
+        d = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+    return scenario_from_dict(d, source=str(p))
+
+
+# ====================================================================== capacity
+_CAPACITY_CACHE: dict[str, float] = {}
+
+
+def _cache_file() -> Path:
+    root = os.environ.get("LLMSCHED_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "llmsched-gym")
+    return Path(root) / "capacity.json"
+
+
+def is_stable(scenario: Scenario, qps: float, seed: int = 0) -> tuple[bool, int]:
+    """Whether queues stay bounded at ``qps``: run the arrival window and count the
+    requests still waiting for their first token when it ends.
+
+    Bounded means that backlog is at most ``max(4 x instances, 5% of arrivals)``; a rate
+    5% above capacity accumulates about that many over the window. Returns
+    ``(stable, backlog)``.
+    """
+    sc = scenario.at_rate(qps)
+    window = scenario.capacity_horizon_s
+    for s in sc.specs:
+        s.duration_s, s.num_requests = window, None
+    w = sc.build_workload(seed)
+    if isinstance(sc.workload, TraceSource):
+        w = w.subset(w.arrival_s - w.arrival_s[0] <= window)
+    sim = sc.simulator(seed, flow_control=None, admission="always-admit", workload=w,
+                       horizon_s=float(w.arrival_s[-1]) if len(w) else 0.0)
+    sim.run()
+    t = sim.table
+    arrived = np.arange(t.n) < sim._arrival_ptr
+    backlog = int((arrived & np.isnan(t.first_token_t) & (t.outcome == 0)).sum())
+    return backlog <= max(4 * sc.cluster.instances, 0.05 * arrived.sum()), backlog
+
+
+def measure_capacity(scenario: Scenario, *, rel_tol: float = 0.02, seed: int = 0, use_cache: bool = True) -> float:
+    """Highest request rate (req/s) at which queues stay bounded (see :func:`is_stable`).
+
+    Deterministic bisection over the rate (geometric), using the scenario's default
+    router and no flow control. Results are cached in memory and in
+    ``~/.cache/llmsched-gym/capacity.json`` (``LLMSCHED_CACHE_DIR``) per scenario
+    fingerprint, so "50% load" costs one measurement per scenario and machine.
+    """
+    key = f"{scenario.fingerprint()}:{rel_tol}:{seed}"
+    if use_cache and key in _CAPACITY_CACHE:
+        return _CAPACITY_CACHE[key]
+    path = _cache_file()
+    if use_cache and path.exists():
+        try:
+            disk = json.loads(path.read_text())
+        except (OSError, ValueError):
+            disk = {}
+        if key in disk:
+            _CAPACITY_CACHE[key] = float(disk[key])
+            return _CAPACITY_CACHE[key]
+    lo, hi = 0.0, max(scenario.base_rate(), 1e-3)
+    while is_stable(scenario, hi, seed)[0]:
+        lo, hi = hi, hi * 2
+        if hi > 1e6:
+            raise ConfigError(f"scenario {scenario.name!r}: capacity above 1e6 req/s; is the cluster unbounded?")
+    while lo == 0.0:
+        if is_stable(scenario, hi / 2, seed)[0]:
+            lo = hi / 2
+        else:
+            hi /= 2
+            if hi < 1e-4:
+                raise ConfigError(f"scenario {scenario.name!r}: no stable rate above 1e-4 req/s")
+    while hi / lo - 1 > rel_tol:
+        mid = float(np.sqrt(lo * hi))
+        lo, hi = (mid, hi) if is_stable(scenario, mid, seed)[0] else (lo, mid)
+    cap = float(lo)
+    _CAPACITY_CACHE[key] = cap
+    if use_cache:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            disk = json.loads(path.read_text()) if path.exists() else {}
+            disk[key] = cap
+            path.write_text(json.dumps(disk, indent=1, sort_keys=True))
+        except (OSError, ValueError):
+            pass  # a read-only home only loses the disk cache
+    return cap
+
+
+def _load_builtin() -> None:
+    from . import builtin_scenarios  # noqa: F401  (registers on import)
