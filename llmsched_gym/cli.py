@@ -1,0 +1,248 @@
+"""Command line: ``llmsched-gym run | scenarios | policies | compare | train``.
+
+Bad input (unknown names, negative values, unreadable files) prints one clear line and
+exits with code 2 before any simulation starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError, PolicyError
+
+EXIT_BAD_INPUT = 2
+
+
+# ====================================================================== run
+def _add_scenario_args(p: argparse.ArgumentParser) -> None:
+    src = p.add_argument_group("workload source (a scenario or a trace)")
+    src.add_argument("--scenario", help="registered scenario name or a YAML file (see `llmsched-gym scenarios`)")
+    src.add_argument("--trace", help="trace file to replay instead of a scenario")
+    src.add_argument("--trace-format", choices=["mooncake", "azure", "blis"], default="mooncake")
+    src.add_argument("--time-scale", type=float, default=1.0, help="multiply trace inter-arrival times (>1 slows down)")
+    src.add_argument("--limit", type=int, help="replay only the first N trace requests")
+    src.add_argument("--critical-share", type=float, help="make this fraction of trace requests critical (seeded)")
+    rate = src.add_mutually_exclusive_group()
+    rate.add_argument("--qps", type=float, help="request rate, req/s")
+    rate.add_argument("--load", type=float, help="fraction of the measured capacity")
+    rate.add_argument("--paper-qps", type=float, help="a published QPS point (seed flow-control scenarios)")
+    cl = p.add_argument_group("cluster (overrides the scenario's)")
+    cl.add_argument("--instances", type=int)
+    cl.add_argument("--hardware", help="H100, H200, A100, H20")
+    cl.add_argument("--model", help="qwen3-14b, qwen3-30b-a3b, qwen2-7b, qwen2.5-7b, llama-3.1-8b")
+    cl.add_argument("--latency-model", help="linear, roofline, blis-trained-physics, blis-roofline")
+    cl.add_argument("--kv-blocks", help="KV blocks per instance, or 'unlimited'")
+    cl.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
+    gw = p.add_argument_group("gateway policies (see `llmsched-gym policies`)")
+    gw.add_argument("--router", help="routing policy, e.g. lmetric or 'llm-d:prefix_weight=2'")
+    gw.add_argument("--flow-control", help="usage-limit policy, or 'none' to dispatch on arrival")
+    gw.add_argument("--admission", help="admission policy")
+
+
+def _kv_blocks(value):
+    if value is None or value == "unlimited":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"--kv-blocks={value!r} is invalid; use an integer > 0 or 'unlimited'") from None
+
+
+def scenario_from_args(args) -> "object":
+    """The Scenario an invocation describes (a registered/YAML scenario or a trace)."""
+    from .engine import EngineConfig
+    from .scenarios import Scenario, TraceSource, make_scenario
+    from .simulator import ClusterConfig, GatewayConfig
+
+    overrides = {k: v for k, v in {
+        "qps": args.qps, "load": args.load, "paper_qps": args.paper_qps, "instances": args.instances,
+        "hardware": args.hardware, "model": args.model, "latency_model": args.latency_model,
+        "kv_blocks": _kv_blocks(args.kv_blocks), "horizon_s": args.horizon,
+    }.items() if v is not None}
+    if args.scenario and args.trace:
+        raise ConfigError("give either --scenario or --trace, not both")
+    if args.trace:
+        path = Path(args.trace)
+        if not path.is_file():
+            raise ConfigError(f"--trace {path}: file not found")
+        base = Scenario(name=path.stem, description=f"replay of {path}",
+                        cluster=ClusterConfig(instances=1, engine=EngineConfig()),
+                        workload=TraceSource(str(path.resolve()), args.trace_format, args.limit, args.critical_share),
+                        gateway=GatewayConfig(router="round-robin"))
+        sc = make_scenario(base, **overrides)
+        if args.time_scale != 1.0:
+            if args.time_scale <= 0:
+                raise ConfigError(f"--time-scale={args.time_scale} is invalid; it must be > 0")
+            sc.qps = sc.base_rate() / args.time_scale if sc.qps is None and sc.load is None else sc.qps
+        return sc
+    return make_scenario(args.scenario or "codegen", **overrides)
+
+
+def _policy_overrides(args) -> dict:
+    out = {}
+    if args.router:
+        out["router"] = args.router
+    if args.admission:
+        out["admission"] = args.admission
+    if args.flow_control:
+        out["flow_control"] = None if args.flow_control.lower() == "none" else args.flow_control
+    return out
+
+
+def _validate_policies(overrides: dict) -> None:
+    from .policy import make_policy
+
+    for key, role in (("router", "routing"), ("admission", "admission"), ("flow_control", "usage-limit")):
+        if overrides.get(key) is not None:
+            make_policy(overrides[key], role)
+
+
+def cmd_run(args) -> int:
+    from .metrics import summarize
+
+    sc = scenario_from_args(args)
+    pol = _policy_overrides(args)
+    _validate_policies(pol)
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds={args.seeds} is invalid; it must be >= 1")
+    qps = sc.target_qps()
+    results = []
+    for seed in range(args.seed, args.seed + args.seeds):
+        sim = sc.simulator(seed, **pol)
+        sim.run()
+        s = summarize(sim)
+        s.update({"scenario": sc.name, "seed": seed, "qps": qps,
+                  "router": sim.router.name, "admission": sim.admission.name,
+                  "flow_control": sim.flow.name if sim.flow else None})
+        results.append(s)
+        _print_summary(s)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(results[0] if len(results) == 1 else results, indent=2, default=float))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _fmt(v, scale=1.0, digits=3):
+    return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v * scale:.{digits}f}"
+
+
+def _print_summary(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (f"{s['scenario']} @ {s['qps']:.3g} req/s, seed {s['seed']}: router={s['router']}, "
+             f"flow-control={s['flow_control']}, admission={s['admission']}")
+    t = Table(title=title)
+    for col in ("class", "requests", "finished", "rejected", "expired", "dropped", "in flight",
+                "TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean", "TPOT p99", "E2E p99", "req/s", "tok/s"):
+        t.add_column(col, justify="right")
+    for name, c in s["classes"].items():
+        t.add_row(name, str(c["requests"]), str(c["finished"]), str(c["rejected"]), str(c["expired"]),
+                  str(c["dropped"]), str(c["in_flight"]), _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
+                  _fmt(c["ttft_p99"]), _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["tpot_p99"], 1e3, 1) + "ms",
+                  _fmt(c["e2e_p99"]), _fmt(c["throughput_rps"], 1, 2), _fmt(c["output_tokens_per_s"], 1, 0))
+    console = Console(width=max(Console().width, 160))  # keep all columns when piped
+    console.print(t)
+    console.print(f"times in seconds; prefix-hit token ratio {s['prefix_hit_token_ratio']:.3f}; "
+                  f"preemptions {s['preemptions']}; simulated {s['sim_seconds']:.1f} s in {s['wall_seconds']:.2f} s wall")
+
+
+# ====================================================================== listings
+def cmd_scenarios(args) -> int:
+    from .scenarios import list_scenarios, make_scenario
+
+    if args.describe:
+        return _describe(make_scenario(args.describe), args.seed)
+    for name in list_scenarios():
+        print(f"{name:24s} {make_scenario(name).description}")
+    return 0
+
+
+def _describe(sc, seed: int) -> int:
+    from .workload import class_name
+
+    qps = sc.target_qps()
+    w = sc.build_workload(seed)
+    c = sc.cluster
+    print(f"{sc.name}: {sc.description}")
+    print(f"  cluster: {c.instances} x {c.hardware} {c.model} ({c.latency_model}), "
+          f"{c.total_blocks()} KV blocks of {c.engine.block_size} tokens per instance")
+    print(f"  gateway defaults: router={sc.gateway.router} flow_control={sc.gateway.flow_control} "
+          f"admission={sc.gateway.admission}")
+    setting = {k: getattr(sc, k) for k in ("qps", "load", "paper_qps") if getattr(sc, k) is not None} or sc.default_rate
+    print(f"  rate: {qps:.3f} req/s ({setting or 'workload base rate'}); published capacity: {sc.published_capacity_qps}")
+    gaps = np.diff(w.arrival_s)
+    print(f"  requests: {len(w)} over {w.duration_s:.1f} s, measured rate {w.mean_rate:.3f} req/s, "
+          f"inter-arrival CV {gaps.std() / gaps.mean():.2f}" if len(gaps) else f"  requests: {len(w)}")
+    for label, x in (("input", w.input_tokens), ("output", w.output_tokens)):
+        p50, p90, p99 = np.percentile(x, [50, 90, 99])
+        print(f"  {label} tokens: mean {x.mean():.0f}, p50 {p50:.0f}, p90 {p90:.0f}, p99 {p99:.0f}, max {x.max()}")
+    shares = ", ".join(f"{class_name(int(p))} {np.mean(w.priority == p):.1%}" for p in sorted(set(w.priority.tolist()), reverse=True))
+    print(f"  classes: {shares}")
+    print(f"  prefix-hit ideal (unbounded shared cache): {w.ideal_prefix_hit_ratio():.3f}; "
+          f"sessions {int((np.unique(w.session_id) >= 0).sum())}, prefix groups {int((np.unique(w.prefix_group) >= 0).sum())}")
+    return 0
+
+
+def cmd_policies(args) -> int:
+    from .policy import list_policies, policy_parameters
+
+    for role in ("routing", "usage-limit", "admission"):
+        print(f"{role}:")
+        for name, factory in list_policies(role).items():
+            params = ", ".join(f"{k}={v}" for k, v in policy_parameters(factory).items())
+            print(f"  {name:26s} {getattr(factory, 'description', '')}" + (f"  [{params}]" if params else ""))
+    return 0
+
+
+# ====================================================================== main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llmsched-gym", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("run", help="simulate one scenario or trace with one policy combination")
+    _add_scenario_args(p)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1")
+    p.add_argument("--json", help="write the summary as JSON to this path")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("scenarios", help="list scenarios, or --describe NAME")
+    p.add_argument("--describe", metavar="NAME", help="print the statistics of one scenario's workload")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=cmd_scenarios)
+
+    p = sub.add_parser("policies", help="list admission, flow-control and routing policies")
+    p.set_defaults(func=cmd_policies)
+
+    for module in ("evaluation", "training"):
+        try:
+            mod = __import__(f"llmsched_gym.{module}", fromlist=["add_cli"])
+        except ImportError:
+            continue
+        if hasattr(mod, "add_cli"):
+            mod.add_cli(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, PolicyError) as e:
+        print(f"llmsched-gym {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
