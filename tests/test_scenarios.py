@@ -1,0 +1,208 @@
+"""Scenario registry, YAML scenarios, capacity measurement and the CLI (issues 2 and 8)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from conftest import assert_accounting, trace_path
+
+from llmsched_gym.cli import main
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.metrics import summarize
+from llmsched_gym.scenarios import (
+    Scenario,
+    is_stable,
+    list_scenarios,
+    load_scenario,
+    make_scenario,
+    measure_capacity,
+    register_scenario,
+)
+
+BUILTIN = {"codegen", "chat", "reasoning", "chatbot", "agent", "coder", "toolagent", "kv-hotspot",
+           "mooncake-conversation", "azure-code", "azure-conv"}
+
+USER_YAML = {
+    "name": "my-scenario",
+    "description": "two instances, short gaussian prompts",
+    "cluster": {"instances": 2, "hardware": "H100", "model": "qwen3-14b", "latency_model": "linear",
+                "engine": {"max_num_batched_tokens": 4096}},
+    "workload": {
+        "arrival": {"process": "gamma", "rate": 6.0, "cv": 2.0},
+        "input": {"dist": "gaussian", "mean": 400, "std": 100, "min": 8},
+        "output": {"dist": "lognormal", "mean": 120, "std": 60},
+        "classes": [{"name": "critical", "priority": 0, "share": 0.4},
+                    {"name": "sheddable", "priority": -1, "share": 0.6}],
+        "duration_s": 20,
+    },
+    "gateway": {"router": "lmetric", "flow_control": "soft-reflective-ceiling"},
+}
+
+
+def write_yaml(tmp_path, d, name="s.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(d))
+    return p
+
+
+def test_builtin_names_are_registered():
+    assert BUILTIN <= set(list_scenarios())
+    assert {f"{f}-qwen2-7b" for f in ("chatbot", "agent", "coder", "toolagent")} <= set(list_scenarios())
+
+
+def test_unknown_scenario_lists_registered_names():
+    with pytest.raises(ConfigError, match="unknown scenario 'nope'.*codegen"):
+        make_scenario("nope")
+
+
+def test_paper_qps_maps_to_load_of_published_capacity(monkeypatch):
+    import llmsched_gym.scenarios as S
+
+    monkeypatch.setattr(S, "measure_capacity", lambda sc, **kw: 30.0)
+    sc = make_scenario("codegen", paper_qps=10)
+    assert sc.target_qps() == pytest.approx(10 / 15 * 30.0)
+    assert make_scenario("codegen").target_qps() == pytest.approx(16 / 15 * 30.0)  # default: highest point
+    assert make_scenario("chat", paper_qps=40).target_qps() == pytest.approx(40 / 70 * 30.0)
+    assert make_scenario("codegen", qps=7).target_qps() == 7.0
+    with pytest.raises(ConfigError, match="at most one"):
+        make_scenario("codegen", qps=1, load=0.5)
+
+
+def test_qps_override_sets_generated_rate():
+    sc = make_scenario("chat", qps=30.0, duration_s=200.0)
+    w = sc.build_workload(0)
+    assert w.mean_rate == pytest.approx(30.0, rel=0.05)
+    np.testing.assert_array_equal(w.arrival_s, sc.build_workload(0).arrival_s)
+    assert np.mean(w.priority == 0) == pytest.approx(0.3, abs=0.03)
+
+
+def small_codegen(instances):
+    return make_scenario("codegen", instances=instances, capacity_horizon_s=60.0)
+
+
+def test_measure_capacity_is_monotone_in_instances(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSCHED_CACHE_DIR", str(tmp_path))
+    caps = [measure_capacity(small_codegen(n), rel_tol=0.05) for n in (1, 2)]
+    assert caps[1] > 1.5 * caps[0]
+    # deterministic and cached on disk
+    assert (tmp_path / "capacity.json").exists()
+    assert measure_capacity(small_codegen(1), rel_tol=0.05) == caps[0]
+
+
+def test_half_load_keeps_queues_short_overload_grows_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLMSCHED_CACHE_DIR", str(tmp_path))
+    sc = small_codegen(1)
+    cap = measure_capacity(sc, rel_tol=0.05)
+    ok, backlog_half = is_stable(sc, 0.5 * cap)
+    bad, backlog_over = is_stable(sc, 1.2 * cap)
+    assert ok and not bad
+    assert backlog_over > 10 * max(backlog_half, 1)
+
+
+def test_user_yaml_scenario_runs_from_cli(tmp_path, capsys):
+    p = write_yaml(tmp_path, USER_YAML)
+    sc = load_scenario(p)
+    assert sc.name == "my-scenario" and sc.cluster.engine.max_num_batched_tokens == 4096
+    out = tmp_path / "r.json"
+    assert main(["run", "--scenario", str(p), "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["router"] == "lmetric" and res["flow_control"] == "soft-reflective-ceiling"
+    assert res["outcomes"]["arrivals"] == sum(v for k, v in res["outcomes"].items() if k != "arrivals")
+    assert set(res["classes"]) == {"critical", "sheddable", "all"}
+    assert "ttft_p99" in res["classes"]["critical"]
+
+
+@pytest.mark.parametrize("patch, message", [
+    ({"workload": {**USER_YAML["workload"], "arival": {}}}, "arival"),
+    ({"workload": {**USER_YAML["workload"], "arrival": {"process": "poisson", "rate": -3}}}, r"workload\.arrival\.rate=-3"),
+    ({"cluster": {**USER_YAML["cluster"], "instnces": 2}}, "instnces"),
+    ({"cluster": {**USER_YAML["cluster"], "hardware": "B300"}}, "B300"),
+    ({"gateway": {"router": "nope"}}, r"gateway\.router.*nope"),
+    ({"qps": -1}, "qps=-1"),
+])
+def test_bad_yaml_names_the_field(tmp_path, capsys, patch, message):
+    p = write_yaml(tmp_path, {**USER_YAML, **patch})
+    with pytest.raises(ConfigError, match=message):
+        load_scenario(p)
+    assert main(["run", "--scenario", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--hardware", "B200"],
+    ["run", "--model", "gpt-5"],
+    ["run", "--instances", "-2"],
+    ["run", "--kv-blocks", "lots"],
+    ["run", "--qps", "-5"],
+    ["run", "--trace", "/no/such/file.jsonl"],
+    ["run", "--router", "nope"],
+    ["run", "--flow-control", "jsq"],
+    ["run", "--scenario", "nope"],
+    ["scenarios", "--describe", "nope"],
+])
+def test_cli_bad_input_exits_2_without_traceback(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("llmsched-gym") and "Traceback" not in err
+
+
+def test_cli_malformed_trace_names_line_and_field(tmp_path, capsys):
+    p = tmp_path / "bad.jsonl"
+    p.write_text('{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n'
+                 '{"timestamp": 5, "input_length": -4, "output_length": 5, "hash_ids": [2]}\n')
+    assert main(["run", "--trace", str(p), "--trace-format", "mooncake"]) == 2
+    err = capsys.readouterr().err
+    assert "line 2" in err and "input_length" in err
+
+
+def test_cli_trace_replay_json_keys(tmp_path):
+    trace = trace_path("azure_llm_2023", "AzureLLMInferenceTrace_code.csv")
+    out = tmp_path / "s.json"
+    assert main(["run", "--trace", str(trace), "--trace-format", "azure", "--limit", "400", "--instances", "2",
+                 "--critical-share", "0.3", "--seed", "3", "--json", str(out)]) == 0
+    s = json.loads(out.read_text())
+    for key in ("classes", "outcomes", "prefix_hit_token_ratio", "sim_seconds", "wall_seconds"):
+        assert key in s
+    assert s["outcomes"]["finished"] == 400
+    assert s["classes"]["critical"]["requests"] == 120
+
+
+def test_mooncake_replay_prefix_hit_close_to_ideal():
+    """One instance, unbounded cache, arrivals slowed 30x so requests rarely overlap."""
+    from llmsched_gym.simulator import ClusterConfig, Simulator
+    from llmsched_gym.traces import load_mooncake
+
+    w = load_mooncake(trace_path("mooncake", "conversation_trace.jsonl"), time_scale=30)
+    ideal = w.ideal_prefix_hit_ratio()
+    assert ideal == pytest.approx(0.374, abs=5e-4)
+    sim = Simulator(w, ClusterConfig(instances=1, kv_blocks="unlimited")).run()
+    assert_accounting(sim)
+    hit = summarize(sim)["prefix_hit_token_ratio"]
+    assert ideal - 0.015 <= hit <= ideal
+
+
+def test_describe_prints_workload_statistics(capsys, monkeypatch):
+    import llmsched_gym.scenarios as S
+
+    monkeypatch.setattr(S, "measure_capacity", lambda sc, **kw: 100.0)
+    assert main(["scenarios", "--describe", "chatbot"]) == 0
+    out = capsys.readouterr().out
+    for word in ("req/s", "input tokens", "output tokens", "prefix-hit ideal", "16 x H20"):
+        assert word in out
+
+
+def test_register_user_scenario_factory():
+    base = make_scenario("chat", qps=5.0, duration_s=5.0)
+    register_scenario("test-user-chat", lambda: base, overwrite=True)
+    sc = make_scenario("test-user-chat", instances=1)
+    assert isinstance(sc, Scenario) and sc.cluster.instances == 1
+    assert_accounting(sc.simulator(0).run())
+
+
+def test_trace_scenario_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        make_scenario("azure-code", trace_path=str(tmp_path / "missing.csv")).build_workload(0)
