@@ -59,14 +59,14 @@ class EngineConfig:
 class Instance:
     """State and scheduler of one instance.
 
-    The running batch is held in instance-local arrays aligned by admission order
-    (``ids``, ``inp``, ``out``, ``comp`` = tokens in KV, ``gen`` = tokens emitted,
-    ``held`` = blocks referenced, ``priv`` = held blocks not in the prefix cache), so
-    forming an iteration touches no per-request Python objects. Waiting requests'
-    state lives in the shared :class:`RequestTable`.
+    The running batch is one instance-local array ``state`` of shape (6, n), columns in
+    admission order, rows ``ids``, ``inp``, ``out``, ``comp`` (tokens in KV), ``gen``
+    (tokens emitted) and ``shared`` (blocks in cached units the request references), so
+    forming an iteration touches no per-request Python objects. A running request
+    references ``ceil(comp / block_size)`` blocks at every iteration boundary; those not
+    shared are private. Waiting requests' state lives in the shared
+    :class:`RequestTable`.
     """
-
-    _FIELDS = ("ids", "inp", "out", "comp", "gen", "held", "priv")
 
     def __init__(self, index: int, table: RequestTable, config: EngineConfig,
                  total_blocks: int, latency, on_finish, on_prefill_done):
@@ -80,12 +80,11 @@ class Instance:
         self.first_token_delay = latency.first_token_delay_us * 1e-6
         self.on_finish = on_finish  # callback(request, time, outcome)
         self.on_prefill_done = on_prefill_done  # callback(request ids) at first token
-        for f in self._FIELDS:
-            setattr(self, f, np.zeros(0, np.int64))
+        self.state = np.zeros((6, 0), np.int64)
         self.waiting: deque[int] = deque()
         self.pending = 0  # routed here, not yet schedulable (arrival delay)
         self.next_t = np.inf  # end of the iteration or segment in progress
-        self._take = self.ids  # tokens each running request computes this iteration
+        self._take = self.state[0]  # tokens each running request computes this iteration
         self._prefill = np.zeros(0, bool)
         self._seg_ends: np.ndarray | None = None  # iteration end times of a decode segment
         self._seg_start = 0.0
@@ -95,7 +94,15 @@ class Instance:
 
     @property
     def num_running(self) -> int:
-        return len(self.ids)
+        return self.state.shape[1]
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.state[0]
+
+    def _held(self) -> np.ndarray:
+        bs = self.cfg.block_size
+        return (self.state[3] + (bs - 1)) // bs
 
     # ----------------------------------------------------------------- admission
     def fits(self, r: int) -> bool:
@@ -129,52 +136,55 @@ class Instance:
         """Form the iteration starting at ``t`` (vLLM v1 order) and set ``next_t``."""
         cache, cfg = self.cache, self.cfg
         bs, budget = cfg.block_size, cfg.max_num_batched_tokens
-        n = len(self.ids)
+        S = self.state
+        n = S.shape[1]
         preempted = False
-        need = self.inp + self.gen - self.comp  # >= 1 for every running request
+        comp, gen = S[3], S[4]
+        need = S[1] + gen - comp  # >= 1 for every running request
         total_need = int(need.sum())
         if total_need <= budget:
             take = need
         else:
             take = np.minimum(need, np.maximum(budget - (np.cumsum(need) - need), 0))
-        new_blocks = (self.comp + take + (bs - 1)) // bs - self.held
-        if n and int(new_blocks.sum()) > cache.allocatable:
+        new_blocks = (comp + take + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+        n_new = int(new_blocks.sum())
+        if n_new > cache.allocatable:
             # Preempt the most recently admitted until the rest of the batch fits.
             cum = np.cumsum(new_blocks)
-            while len(self.ids) and cum[len(self.ids) - 1] > cache.allocatable:
+            while self.state.shape[1] and cum[self.state.shape[1] - 1] > cache.allocatable:
                 self._preempt_last()
                 preempted = True
-            n = len(self.ids)
+            S = self.state
+            n = S.shape[1]
+            comp, gen = S[3], S[4]
             need, take, new_blocks = need[:n], take[:n], new_blocks[:n]
-            total_need = int(need.sum())
+            total_need, n_new = int(need.sum()), int(new_blocks.sum())
 
         # Decode-only batch (every need is 1) that nothing can join: plan a segment.
         if (cfg.event_skipping and n and not preempted and total_need == n and total_need <= budget
-                and self.gen.min() >= 1 and not self._can_admit(budget - n)):
-            k = min(int((self.out - self.gen).min()), _MAX_SEGMENT)
+                and gen.min() >= 1 and not self._can_admit(budget - n)):
+            k = min(int((S[2] - gen).min()), _MAX_SEGMENT)
             if k > 1:
                 k = self._affordable_iterations(k)
             if k > 1:
                 return self._plan_segment(t, k)
 
-        cache.allocate(int(new_blocks.sum()))
-        self.held += new_blocks
-        self.priv += new_blocks
-        decode = (need == 1) & (self.gen >= 1)
+        cache.allocate(n_new)
+        decode = (need == 1) & (gen >= 1)
         if not preempted or not n:
             self._admit_waiting(budget - int(take.sum()), take, decode)
-            if len(self.ids) > n:
-                take, decode = self._take, self._decode
-        if not len(self.ids):
+            if self.state.shape[1] > n:
+                S, take, decode = self.state, self._take, self._decode
+        if not S.shape[1]:
             self.next_t = np.inf
             return
         prefill = (take > 0) & ~decode
         dec = (take > 0) & decode
-        # comp[prefill]: tokens already in KV before this chunk (earlier chunks, prefix
+        # S[3][prefill]: tokens already in KV before this chunk (earlier chunks, prefix
         # hits); only models with ``uses_prefill_past`` (BLIS's roofline) read it.
         step_us = self.latency.step_time_us(
-            take[prefill], (self.inp + self.gen)[prefill], int(dec.sum()), int(self.comp[dec].sum()),
-            prefill_past=self.comp[prefill])
+            take[prefill], (S[1] + S[4])[prefill], int(dec.sum()), int(S[3][dec].sum()),
+            prefill_past=S[3][prefill])
         self._take, self._prefill = take, prefill
         self._seg_ends = None
         self.next_t = t + step_us * 1e-6
@@ -184,7 +194,7 @@ class Instance:
     def _admit_waiting(self, budget: int, take: np.ndarray, decode: np.ndarray) -> None:
         """Move waiting requests into the batch, in queue order, while they fit."""
         rows = []
-        while self.waiting and len(self.ids) + len(rows) < self.cfg.max_num_seqs and budget > 0:
+        while self.waiting and self.state.shape[1] + len(rows) < self.cfg.max_num_seqs and budget > 0:
             row = self._admit(self.waiting[0], budget)
             if row is None:
                 break
@@ -192,15 +202,14 @@ class Instance:
             rows.append(row)
             budget -= row[-1]
         if rows:
-            cols = np.array(rows, np.int64).T  # r, inp, out, comp, gen, held, priv, take
-            for f, col in zip(self._FIELDS, cols):
-                setattr(self, f, np.concatenate([getattr(self, f), col]))
-            self._take = np.concatenate([take, cols[-1]])
+            cols = np.array(rows, np.int64).T  # ids, inp, out, comp, gen, shared, take
+            self.state = np.concatenate([self.state, cols[:6]], axis=1)
+            self._take = np.concatenate([take, cols[6]])
             self._decode = np.concatenate([decode, np.zeros(len(rows), bool)])
 
     def _can_admit(self, budget: int) -> bool:
         """Whether the head of the waiting queue could join a batch now."""
-        if not self.waiting or budget <= 0 or len(self.ids) >= self.cfg.max_num_seqs:
+        if not self.waiting or budget <= 0 or self.state.shape[1] >= self.cfg.max_num_seqs:
             return False
         r = self.waiting[0]
         hit_tokens, _, idle, _ = self._prefix_hit(r)
@@ -227,8 +236,8 @@ class Instance:
     def _admit(self, r: int, budget: int) -> tuple | None:
         """Schedule waiting request ``r`` with up to ``budget`` tokens.
 
-        Returns its batch row (r, inp, out, comp, gen, held, priv, take), or None if
-        its blocks cannot be allocated.
+        Returns its batch row (r, inp, out, comp, gen, shared, take), or None if its
+        blocks cannot be allocated.
         """
         R, cache, bs = self.req, self.cache, self.cfg.block_size
         hit_tokens, n_units, idle, keys = self._prefix_hit(r)
@@ -244,12 +253,12 @@ class Instance:
         if not R.scheduled_once[r]:
             R.scheduled_once[r] = True
             R.prefix_hit[r] = hit_tokens
-        return r, inp, int(R.output[r]), hit_tokens, gen, hit_blocks + new, new, take
+        return r, inp, int(R.output[r]), hit_tokens, gen, hit_blocks, take
 
     def _blocks_after(self, j: int) -> int:
         """New blocks the running batch needs to decode ``j`` more tokens each."""
-        bs = self.cfg.block_size
-        return int(((self.comp + (j + bs - 1)) // bs - self.held).sum())
+        bs, comp = self.cfg.block_size, self.state[3]
+        return int(((comp + (j + bs - 1)) // bs - (comp + (bs - 1)) // bs).sum())
 
     def _affordable_iterations(self, k: int) -> int:
         """Most decode iterations (<= k) whose new KV blocks fit in the allocatable pool."""
@@ -263,7 +272,7 @@ class Instance:
         return lo
 
     def _plan_segment(self, t: float, k: int) -> None:
-        steps = self.latency.decode_run_us(len(self.ids), int(self.comp.sum()), k)
+        steps = self.latency.decode_run_us(self.state.shape[1], int(self.state[3].sum()), k)
         # Accumulate from t one step at a time, exactly as single iterations would.
         self._seg_ends = np.add.accumulate(np.concatenate(([t], steps * 1e-6)))[1:]
         self._seg_start = t
@@ -279,38 +288,34 @@ class Instance:
             self.iterations += m
             self.busy_time += t - self._seg_start
             self._seg_ends = None
-            new = self._blocks_after(m)
-            self.cache.allocate(new)
-            self.comp += m
-            self.gen += m
-            grown = (self.comp + (self.cfg.block_size - 1)) // self.cfg.block_size - self.held
-            self.held += grown
-            self.priv += grown
-            done = self.gen >= self.out
+            self.cache.allocate(self._blocks_after(m))
+            S = self.state
+            S[3:5] += m
+            done = S[4] >= S[2]
         else:
-            self.comp += self._take
-            emit = self.comp == self.inp + self.gen
-            self.gen += emit
-            first = emit & (self.gen == 1)
+            S = self.state
+            S[3] += self._take
+            emit = S[3] == S[1] + S[4]
+            S[4] += emit
+            first = emit & (S[4] == 1)
             if first.any():
-                self.req.first_token_t[self.ids[first]] = t + self.first_token_delay
-                self.on_prefill_done(self.ids[first])
+                self.req.first_token_t[S[0][first]] = t + self.first_token_delay
+                self.on_prefill_done(S[0][first])
             for j in np.flatnonzero(self._prefill).tolist():
                 self._register_units(j)
-            done = emit & (self.gen >= self.out)
+            done = emit & (S[4] >= S[2])
         if done.any():
             self._finish(done, t)
         self.plan(t)
 
     def _finish(self, done: np.ndarray, t: float) -> None:
         R = self.req
-        ids = self.ids[done]
-        for r, p in zip(ids.tolist(), self.priv[done].tolist()):
+        ids = self.state[0][done]
+        private = (self._held() - self.state[5])[done]
+        for r, p in zip(ids.tolist(), private.tolist()):
             self.cache.release(R.units.pop(r, []), p)
-        R.generated[ids] = self.gen[done]
-        keep = ~done
-        for f in self._FIELDS:
-            setattr(self, f, getattr(self, f)[keep])
+        R.generated[ids] = self.state[4][done]
+        self.state = self.state[:, ~done]
         fin = t + self.latency.finish_delay_us(R.output[ids]) * 1e-6
         R.finish_t[ids] = fin
         for r, ft in zip(ids.tolist(), fin.tolist()):
@@ -318,26 +323,26 @@ class Instance:
 
     def _register_units(self, j: int) -> None:
         """Cache the prompt units running request ``j`` has fully computed (full blocks only)."""
-        r = int(self.ids[j])
+        S = self.state
+        r = int(S[0, j])
         keys, blocks, ends = self.req.units_of(r)
         mine = self.req.units.setdefault(r, [])
-        c = int(self.comp[j])
+        c = int(S[3, j])
         for u in range(len(mine), len(keys)):
             if ends[u] > c or not self.cache.register(keys[u], blocks[u]):
                 break
             mine.append(keys[u])
-            self.priv[j] -= blocks[u]
+            S[5, j] += blocks[u]
 
     def _preempt_last(self) -> None:
         """Recompute-mode preemption of the most recently admitted running request:
         free its blocks (cached units stay reusable), back to the head of the queue."""
-        R = self.req
-        r = int(self.ids[-1])
-        self.cache.release(R.units.pop(r, []), int(self.priv[-1]))
-        R.generated[r] = self.gen[-1]
+        R, S = self.req, self.state
+        r = int(S[0, -1])
+        self.cache.release(R.units.pop(r, []), int(self._held()[-1] - S[5, -1]))
+        R.generated[r] = S[4, -1]
         R.preemptions[r] += 1
-        for f in self._FIELDS:
-            setattr(self, f, getattr(self, f)[:-1])
+        self.state = S[:, :-1]
         self.waiting.appendleft(r)
 
     # ----------------------------------------------------------------- metrics
