@@ -93,6 +93,11 @@ def register_policy(name: str, factory: Callable[..., Policy] | None = None, *, 
 def _load_builtin() -> None:
     import baselines  # noqa: F401  (registers the reference policies)
 
+    try:
+        import agents.policy  # noqa: F401  (registers "agent" for trained models, if present)
+    except ImportError:
+        pass
+
 
 def list_policies(role: str | None = None) -> dict[str, Callable[..., Policy]]:
     """Registered policies by name, optionally only those of one role."""
@@ -110,7 +115,9 @@ def make_policy(spec: "str | Policy", role: str | None = None, **kwargs) -> Poli
         policy = spec
     else:
         name, _, params = str(spec).partition(":")
-        kwargs = {**_parse_params(name, params), **kwargs}
+        # "agent:PATH" names a trained model file rather than key=value parameters.
+        parsed = {"path": params} if name == "agent" and params and "=" not in params else _parse_params(name, params)
+        kwargs = {**parsed, **kwargs}
         registry = list_policies()
         if name not in registry:
             known = ", ".join(k for k, v in registry.items() if role is None or v.role == role)
