@@ -224,6 +224,16 @@ class Simulator:
         self.pending_route = None
         self._dispatch_to(self.pending_info, instance, "external router")
 
+    def wake_dispatch(self) -> None:
+        """Run a dispatch cycle at ``now`` if anything is queued.
+
+        For usage limits changed from outside between ``advance`` calls (the
+        FlowControl environment): a blocked gateway otherwise sleeps until the next
+        scrape when its policy is stationary.
+        """
+        if self.flow is not None and any(self.bands):
+            self._next_cycle = min(self._next_cycle, self.now)
+
     def request_info(self, r: int) -> RequestInfo:
         w = self.workload
         return RequestInfo(
@@ -380,7 +390,9 @@ class Simulator:
             self._active -= 1
             self._final(r, t, DROPPED)
             return
-        hit = self.prefix_hit_tokens(info)[i] if table.units_of(r)[0] else 0
+        keys, blocks, ends = table.units_of(r)
+        n_hit = inst.cache.match(keys, blocks)[0] if keys else 0
+        hit = ends[n_hit - 1] if n_hit else 0
         est = int(table.input[r] - hit)
         self.prefill_estimate[r] = est
         self.queued_prefill[i] += est

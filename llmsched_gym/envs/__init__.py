@@ -1,0 +1,41 @@
+"""Gymnasium environments (DESIGN 7), registered on ``import llmsched_gym``:
+
+* ``llmsched/Routing-v0`` (:class:`RoutingEnv`): one step per dispatched request.
+* ``llmsched/FlowControl-v0`` (:class:`FlowControlEnv`): per-band usage limits every interval.
+* ``llmsched/Admission-v0`` (:class:`AdmissionEnv`): rejection probabilities every interval.
+
+Each has a native vector version (``gymnasium.make_vec(id, num_envs=N, ...)``) and
+adapts to stable-baselines3 with :func:`llmsched_gym.sb3.to_sb3_vec_env`.
+"""
+
+from __future__ import annotations
+
+import gymnasium
+
+from .admission import AdmissionEnv
+from .agents import BaselineAgent, run_episode
+from .core import CostTracker, Setup, episode_cost
+from .flow_control import FlowControlEnv
+from .routing import RoutingEnv
+from .vector import AdmissionVectorEnv, FlowControlVectorEnv, LLMSchedVectorEnv, RoutingVectorEnv
+
+ENV_IDS = {
+    "llmsched/Routing-v0": ("RoutingEnv", "RoutingVectorEnv"),
+    "llmsched/FlowControl-v0": ("FlowControlEnv", "FlowControlVectorEnv"),
+    "llmsched/Admission-v0": ("AdmissionEnv", "AdmissionVectorEnv"),
+}
+
+
+def register_envs() -> None:
+    """Register the environments with gymnasium (idempotent)."""
+    for env_id, (cls, vcls) in ENV_IDS.items():
+        if env_id not in gymnasium.registry:
+            gymnasium.register(id=env_id, entry_point=f"llmsched_gym.envs:{cls}",
+                               vector_entry_point=f"llmsched_gym.envs:{vcls}")
+
+
+register_envs()
+
+__all__ = ["AdmissionEnv", "AdmissionVectorEnv", "BaselineAgent", "CostTracker", "ENV_IDS", "FlowControlEnv",
+           "FlowControlVectorEnv", "LLMSchedVectorEnv", "RoutingEnv", "RoutingVectorEnv", "Setup", "episode_cost",
+           "register_envs", "run_episode"]
