@@ -172,7 +172,6 @@ class Simulator:
         self._eligible: list[tuple[float, int, int]] = []  # (time, request, instance)
         self._next_scrape = 0.0
         self._next_cycle = np.inf
-        self._ticks = 0
         self.pending_route: int | None = None  # request awaiting an external routing decision
         self.pending_info: RequestInfo | None = None
         self._active = 0  # requests admitted and not final
