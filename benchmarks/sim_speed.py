@@ -6,6 +6,11 @@ to [2, 7000], round-robin routing. Reports simulated requests per wall-second an
 simulated seconds per wall-second, and the speed-up of event skipping as a ratio
 measured in the same run (machines here are shared and noisy; compare ratios).
 
+At 15 arrivals per second per instance, arrivals cut most decode stretches short, so
+skipping gains little there; a second case replays the first 1,500 Mooncake requests
+(long prompts and decodes, 4 instances, trace rate) where it dominates. It needs
+``../shared/traces`` (or ``LLMSCHED_TRACE_DIR``) and is skipped without it.
+
     python benchmarks/sim_speed.py [--repeat 3] [--latency-model linear]
 
 For scale: BLIS (Go) needs about 10 s on a 2-core machine for this workload.
@@ -19,6 +24,8 @@ import time
 import numpy as np
 
 from llmsched_gym.engine import EngineConfig
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.scenarios import TraceSource
 from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
 from llmsched_gym.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
 
@@ -31,11 +38,29 @@ def workload(seed: int = 0):
 
 def run_once(w, latency_model: str, skipping: bool) -> tuple[float, Simulator]:
     cluster = ClusterConfig(instances=4, hardware="H100", model="qwen3-14b", latency_model=latency_model,
-                            engine=EngineConfig.blis() if skipping else EngineConfig(
-                                max_num_batched_tokens=2048, event_skipping=False))
+                            engine=EngineConfig.blis(event_skipping=skipping))
     start = time.perf_counter()
     sim = Simulator(w, cluster, GatewayConfig(router="round-robin"), seed=0).run()
     return time.perf_counter() - start, sim
+
+
+def compare(w, latency_model: str, repeat: int, label: str) -> None:
+    best = {}
+    for skipping in (True, False):
+        times = []
+        for _ in range(repeat):
+            wall, sim = run_once(w, latency_model, skipping)
+            times.append(wall)
+        best[skipping] = (min(times), sim)
+    print(f"{label}: {len(w):,} requests")
+    for skipping, (wall, sim) in best.items():
+        iters = sum(i.iterations for i in sim.instances)
+        print(f"  event skipping {'on ' if skipping else 'off'}: {wall:.3f} s wall, "
+              f"{len(w) / wall:,.0f} requests/s, {sim.now / wall:,.0f} simulated s per wall s, "
+              f"{iters:,} engine iterations")
+    on, off = best[True][1], best[False][1]
+    assert np.array_equal(on.table.finish_t, off.table.finish_t), "event skipping changed the results"
+    print(f"  speed-up of event skipping: {best[False][0] / best[True][0]:.2f}x (identical per-request results)")
 
 
 def main() -> None:
@@ -43,22 +68,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per variant; the best is reported")
     ap.add_argument("--latency-model", default="linear")
     args = ap.parse_args()
-    w = workload()
-    best = {}
-    for skipping in (True, False):
-        times = []
-        for _ in range(args.repeat):
-            wall, sim = run_once(w, args.latency_model, skipping)
-            times.append(wall)
-        best[skipping] = (min(times), sim)
-    for skipping, (wall, sim) in best.items():
-        iters = sum(i.iterations for i in sim.instances)
-        print(f"event skipping {'on ' if skipping else 'off'}: {wall:.3f} s wall, "
-              f"{len(w) / wall:,.0f} requests/s, {sim.now / wall:,.0f} simulated s per wall s, "
-              f"{iters:,} engine iterations")
-    on, off = best[True][1], best[False][1]
-    assert np.array_equal(on.table.finish_t, off.table.finish_t), "event skipping changed the results"
-    print(f"speed-up of event skipping: {best[False][0] / best[True][0]:.2f}x (identical per-request results)")
+    compare(workload(), args.latency_model, args.repeat, "Poisson 60 req/s, 512 +- 256 tokens, 4 instances")
+    try:
+        mooncake = TraceSource("mooncake/conversation_trace.jsonl", "mooncake", limit=1500).load()
+    except ConfigError as e:
+        print(f"skipping the Mooncake case: {e}")
+        return
+    compare(mooncake, args.latency_model, 1, "Mooncake conversation, first 1,500 requests at trace rate, 4 instances")
 
 
 if __name__ == "__main__":
