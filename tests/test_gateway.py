@@ -100,7 +100,7 @@ def test_legacy_admission_rejects_sheddable_only_when_saturated():
     assert rej.any() and (w.priority[rej] < 0).all()
 
 
-@pytest.mark.parametrize("router", sorted(list_policies("routing")))
+@pytest.mark.parametrize("router", sorted(set(list_policies("routing")) - {"agent"}))  # agent: needs a model
 def test_every_router_keeps_accounting_exact(router):
     sc = make_scenario("chatbot", qps=40.0, instances=4, duration_s=10.0)
     sim = sc.simulator(0, router=router).run()

@@ -1,0 +1,428 @@
+"""Reproduce the published directions (DESIGN 8) and write docs/results.md + docs/figures/.
+
+    python benchmarks/reproduce.py              # full report (3 seeds, ~15-20 min on 2 cores)
+    python benchmarks/reproduce.py --quick      # reduced: 1 seed, shortened windows (~3 min)
+    python benchmarks/reproduce.py --render-only  # rebuild the report from the last run's data
+
+Every cell runs through :func:`llmsched_gym.evaluate` (paired seeds; all studies share one
+process pool). Raw rows go to ``results/reproduce/rows.json`` (not committed), the
+statistics to ``docs/figures/summary.csv``, the report to ``docs/results.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from llmsched_gym.evaluation import ResultTable, Study, make_figures, run_studies  # noqa: E402
+from llmsched_gym.stats import lookup, summarize_rows  # noqa: E402
+
+DOCS = ROOT / "docs"
+FIG = DOCS / "figures"
+RAW = ROOT / "results" / "reproduce"
+
+FC_POLICIES = ["static-usage-limit:threshold=1.0+label=static", "soft-reflective-ceiling+label=soft-reflective"]
+ROUTERS = ["lmetric", "jsq", "vllm-dp", "bailian", "dynamo", "aibrix", "llm-d", "llm-d-predicted-latency",
+           "sglang-cache-aware"]
+SWEEP_ROUTERS = ["lmetric", "jsq", "llm-d", "bailian", "dynamo"]
+SWEEP_LOADS = [0.3, 0.5, 0.7, 0.8]
+ROUTING_SCENARIOS = ["chatbot", "agent", "coder", "toolagent"]
+
+
+def studies(quick: bool) -> list[Study]:
+    short = (lambda d: {"duration_s": d}) if quick else (lambda d: {})
+    out = [
+        Study("codegen", FC_POLICIES, "static", {"paper_qps": [4, 10, 16]}, short(90), ("critical", "sheddable"),
+              "flow control"),
+        Study("chat", FC_POLICIES, "static", {"paper_qps": [20, 40, 60, 80]}, short(60), ("critical", "sheddable"),
+              "flow control"),
+        Study("reasoning", FC_POLICIES, "static", {"paper_qps": [0.2, 0.7]}, short(450), ("critical", "sheddable"),
+              "flow control"),
+    ]
+    for sc in ROUTING_SCENARIOS:
+        out.append(Study(sc, ROUTERS, "jsq", {"load": [0.5]}, short(40), ("all",), "routing at 50% load"))
+    out.append(Study("chatbot", SWEEP_ROUTERS, "jsq", {"load": [x for x in SWEEP_LOADS if x != 0.5]}, short(40),
+                     ("all",), "load sweep"))
+    out.append(Study("kv-hotspot", ["jsq", "lmetric-no-detector", "lmetric"], "jsq", {"load": [0.5]}, {},
+                     ("all",), "KV hotspot"))
+    return out
+
+
+# ====================================================================== checks (DESIGN 8)
+def _rec(stats, scenario, point, policy, metric, cls):
+    return lookup(stats, scenario=scenario, point=point, policy=policy, metric=metric, **{"class": cls})
+
+
+def _chg(stats, scenario, point, metric, cls="critical", policy="soft-reflective"):
+    r = _rec(stats, scenario, point, policy, metric, cls)
+    return r["change"] if r else math.nan
+
+
+def _pct(x, digits=0):
+    return "n/a" if x is None or not math.isfinite(x) else f"{x * 100:+.{digits}f}%"
+
+
+def _s(x, unit="s"):
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if unit == "ms":
+        return f"{x * 1e3:.1f} ms"
+    return f"{x * 1e3:.0f} ms" if x < 1 else f"{x:.2f} s"
+
+
+FC_EXPECT = {
+    ("codegen", "paper_qps=4"): "neutral", ("codegen", "paper_qps=10"): "neutral",
+    ("codegen", "paper_qps=16"): "large reduction", ("chat", "paper_qps=20"): "neutral",
+    ("chat", "paper_qps=40"): "modestly worse", ("chat", "paper_qps=60"): "modestly worse",
+    ("chat", "paper_qps=80"): None, ("reasoning", "paper_qps=0.2"): "neutral",
+    ("reasoning", "paper_qps=0.7"): "large reduction",
+}
+
+
+def fc_verdict(expect, ttft, e2e, thr):
+    """Rules: neutral = critical TTFT p99, E2E p99 and throughput within +-10%; large
+    reduction = critical TTFT p99 at least 30% lower; modestly worse = critical TTFT p99
+    or E2E p99 higher by more than 2% (and TTFT p99 not reduced by more than 10%)."""
+    if expect is None:
+        return "no published direction"
+    if any(not math.isfinite(v) for v in (ttft, e2e, thr)):
+        return "n/a"
+    if expect == "neutral":
+        ok = max(abs(ttft), abs(e2e), abs(thr)) <= 0.10
+    elif expect == "large reduction":
+        ok = ttft <= -0.30
+    else:
+        ok = max(ttft, e2e) > 0.02 and ttft > -0.10
+    return "agrees" if ok else "**disagrees**"
+
+
+# Findings of the investigation of each disagreement (shown only when it disagrees). The
+# saturation profile quoted after each flow-control note is measured by
+# saturation_profile() when the report is rendered.
+NOTES = {
+    ("reasoning", "paper_qps=0.7"): (
+        "The reasoning workload (~6.2k output tokens) saturates through the KV cache rather than the "
+        "queues: saturation = mean max(waiting/5, kv_util/0.8) is at or above 1.0 for most of the run "
+        "under *both* policies (see the profile at the end of the item), and at s >= 1 the soft-reflective ceiling closes every band "
+        "exactly like the static threshold 1.0 (DESIGN 4: at s >= 1 the cycle stops). Critical requests "
+        "therefore queue at the gateway in both runs; the policies differ only while 0.5 <= s < 1, which "
+        "is too short to matter. In codegen at 16 QPS, by contrast, holding back sheddable prefills keeps "
+        "s below 1 most of the time (profile in the codegen row), which is where the large reduction "
+        "comes from. The published result implies the real cluster stayed in the 0.5-1 band while "
+        "shedding; in the simulator long decodes hold their KV blocks until they finish, so once the "
+        "cluster is over capacity KV utilization pins s above 1 and no usage-limit policy can help critical "
+        "requests (only admission/shedding could)."),
+    ("chat", "paper_qps=40"): (
+        "paper_qps 40 and 60 map to load 40/70 = 0.57 and 60/70 = 0.86 of the simulator's measured chat "
+        "capacity (~84 req/s), i.e. 48 and 72 req/s. With ~39-token prompts, queues stay short and KV use "
+        "low, so saturation is almost never >= 0.5, where the soft-reflective ceiling starts gating "
+        "(see the profile at the end of the item): the two policies take identical decisions (neutral). The published cost "
+        "('modestly worse') comes from gating in the 0.5-1 band, which this operating point does not "
+        "reach; the simulator's chat is further from saturation than the real cluster was."),
+    ("chat", "paper_qps=60"): "See chat 40 (same mechanism).",
+}
+ROUTING_NOTES = {
+    "agent": (
+        "Investigation: prefix-hit ratios (column hit) and balance (imb) are the same for LMetric, Bailian "
+        "and AIBrix, and no policy preempts, so neither caching nor KV pressure explains the gap. What "
+        "remains is the tail under bursts (gamma arrivals, CV 1.5): LMetric's mean TPOT equals Bailian's, "
+        "but its TTFT p99 and TPOT p99 are about twice Bailian's/AIBrix's. With ~4k-token shared tool "
+        "prompts cached everywhere, `P_i` is nearly the same on every instance during a burst and "
+        "LMetric's lowest-index tie-break plus request-count `BS_i` (which ignores the running requests' "
+        "context) stacks burst arrivals onto the same few instances; Bailian's token term and sampling, "
+        "and AIBrix's load filter, spread them. This is a likely cause, not a verified one. LMetric still "
+        "beats JSQ and vLLM-DP on every metric and llm-d on three of four."),
+    "coder": (
+        "Investigation: the means agree (LMetric has the lowest mean TTFT and TPOT of the named "
+        "baselines and beats JSQ/vLLM-DP, which thrash the 6k-20k-token code contexts: their hit ratio "
+        "is ~0.64 vs ~0.87 and they preempt hundreds of times). The misses are tails: Dynamo's TTFT p99 "
+        "and Bailian's TPOT p99 are lower. Hit ratios and balance are the same, so the tail comes from "
+        "where the long cold first turns land; Dynamo's cost counts prefill *and* decode KV blocks, "
+        "which keeps long prefills off instances that are already decoding long contexts."),
+    "toolagent": (
+        "Investigation: LMetric's mean TTFT is ~25% above llm-d's (published ~+10%, same direction), but "
+        "its TPOT is higher instead of ~30% lower. Per seed, LMetric preempted 67 times on seed 0 "
+        "(KV exhausted on the instances holding long, growing agent sessions; TPOT p90 410 ms) and "
+        "not at all on seeds 1-2 (TPOT p90 31-41 ms vs llm-d's 32 ms). For a follow-up turn the session's "
+        "holder has `P_i` = only the new tokens, while every other instance would recompute the whole "
+        "history, so LMetric keeps sessions on their holders however large their batches grow; llm-d's "
+        "KV-utilization scorer (weight 2) pulls away from nearly full instances. In the published system "
+        "llm-d is the one concentrating; here its KV scorer prevents it, so the trade-off is reversed. "
+        "Against JSQ/vLLM-DP (hit 0.44, heavy preemption) LMetric wins by large margins, as published."),
+    "hotspot": (
+        "Investigation: without the detector the hot prefix does concentrate (imb column: the busiest "
+        "instance gets about twice the mean share; with the detector ~1.2x), but at 50% load the hot "
+        "instance never runs out of KV (0 preemptions on every seed) and the hot requests are cheap to "
+        "serve (~200 uncached tokens each behind the cached 6k prefix), so the concentration costs little "
+        "TTFT. JSQ, which ignores the cache, recomputes the 6k prefix on many instances and is slower. "
+        "The detector's benefit shows in balance and TPOT (mean and p99 lower) rather than TTFT; the "
+        "published failure needs a burst large enough to overload the hot instance (a larger or longer "
+        "burst, or higher background load)."),
+}
+
+
+def saturation_profile(scenario: str, paper_qps: float, seed: int = 0, quick: bool = False) -> str:
+    """Fraction of time with saturation >= 0.5 and >= 1, per policy (seed 0, 0.5 s samples)."""
+    import numpy as np
+
+    from llmsched_gym.scenarios import make_scenario
+
+    over = {"duration_s": {"chat": 60, "codegen": 90, "reasoning": 450}[scenario]} if quick else {}
+    sc = make_scenario(scenario, paper_qps=paper_qps, **over)
+    parts = []
+    for label, fc in (("static", "static-usage-limit"), ("soft", "soft-reflective-ceiling")):
+        sim = sc.simulator(seed, flow_control=fc)
+        sat, t = [], 0.0
+        while sim.advance(t) != "done":
+            sat.append(sim.saturation)
+            t += 0.5
+        sat = np.array(sat)
+        parts.append(f"{label}: s >= 0.5 {np.mean(sat >= 0.5):.0%} of the time, s >= 1 {np.mean(sat >= 1):.0%}")
+    return f"saturation profile ({scenario} @ {paper_qps:g}, seed {seed}): " + "; ".join(parts)
+
+
+# ====================================================================== report
+def fc_summary(verdicts) -> str:
+    judged = [v for v in verdicts if v[1]]
+    ok = [v for v in judged if v[2] == "agrees"]
+    bad = [f"{name} ({exp} expected, critical TTFT p99 {_pct(t)})" for name, exp, v, t in judged if v != "agrees"]
+    return (f"- flow control: {len(ok)}/{len(judged)} published directions agree ("
+            + ", ".join(v[0] for v in ok) + ")" + (f"; disagree: {'; '.join(bad)}" if bad else ""))
+
+
+def render(results: list, quick: bool, runtime_s: float, seeds: list[int]) -> str:
+    by = {}
+    for st, table, stats in results:
+        by.setdefault(table.rows[0]["scenario"] if table.rows else str(st.scenario), []).append((st, table, stats))
+    L = []
+    L.append("# Reproduction report\n")
+    L.append(f"Generated by `python benchmarks/reproduce.py{' --quick' if quick else ''}` "
+             f"({len(seeds)} paired seed(s) {seeds}, {runtime_s / 60:.1f} min wall on {os.cpu_count()} CPUs). "
+             "Every number is the median over seeds; changes are paired by seed "
+             "(`mean(policy)/mean(baseline) - 1` with a bootstrap 95% interval, see `llmsched_gym/stats.py`). "
+             "Targets: DESIGN section 8. Raw statistics: [`figures/summary.csv`](figures/summary.csv).\n")
+    if quick:
+        L.append("> **Quick run**: shortened arrival windows and one seed; directions only, intervals are "
+                 "not meaningful. Run without `--quick` for the full report.\n")
+
+    # ---------------------------------------------------------------- flow control
+    L.append("## 1. Flow control: soft-reflective ceiling vs static threshold 1.0\n")
+    L.append("Router `llm-d` (scenario default), critical class (priority 0) unless noted; "
+             "changes are soft-reflective vs static. Rule: *neutral* = critical TTFT p99, E2E p99 and "
+             "throughput within ±10%; *large reduction* = critical TTFT p99 at least 30% lower; "
+             "*modestly worse* = critical TTFT p99 or E2E p99 more than 2% higher.\n")
+    L.append("| scenario | point | static crit TTFT p99 | soft crit TTFT p99 | Δ TTFT p99 | Δ E2E p99 | Δ throughput "
+             "| sheddable Δ TTFT p99 / Δ throughput | published | simulation |")
+    L.append("|---|---|---|---|---|---|---|---|---|---|")
+    fc_notes, fc_verdicts = [], []
+    for sc in ("codegen", "chat", "reasoning"):
+        for _st, table, stats in by.get(sc, []):
+            for pt in table.unique("point"):
+                t = _chg(stats, sc, pt, "ttft_p99")
+                e = _chg(stats, sc, pt, "e2e_p99")
+                h = _chg(stats, sc, pt, "throughput_rps")
+                rs = _rec(stats, sc, pt, "static", "ttft_p99", "critical")
+                rf = _rec(stats, sc, pt, "soft-reflective", "ttft_p99", "critical")
+                ts = _chg(stats, sc, pt, "ttft_p99", "sheddable")
+                hs = _chg(stats, sc, pt, "throughput_rps", "sheddable")
+                lo = _rec(stats, sc, pt, "soft-reflective", "ttft_p99", "critical")
+                ci = f" [{_pct(lo['change_low'])}, {_pct(lo['change_high'])}]" if lo and lo["n"] > 1 else ""
+                expect = FC_EXPECT.get((sc, pt))
+                v = fc_verdict(expect, t, e, h)
+                fc_verdicts.append((f"{sc} {pt.split('=')[1]}", expect, v, t))
+                L.append(f"| {sc} | {pt} | {_s(rs['median'] if rs else math.nan)} | {_s(rf['median'] if rf else math.nan)} "
+                         f"| {_pct(t)}{ci} | {_pct(e)} | {_pct(h)} | {_pct(ts)} / {_pct(hs)} | {expect or '-'} | {v} |")
+                if "disagrees" in v and (sc, pt) in NOTES:
+                    prof = saturation_profile(sc, float(pt.split("=")[1]), quick=quick)
+                    fc_notes.append(f"- **{sc} {pt}**: {NOTES[(sc, pt)]} ({prof})")
+                elif (sc, pt) == ("codegen", "paper_qps=16"):
+                    prof = saturation_profile(sc, 16.0, quick=quick)
+                    fc_notes.append(f"- **{sc} {pt}** (agrees; the mechanism for comparison): {prof}")
+    L.append("")
+    if fc_notes:
+        L.append("Disagreements and what the investigation found (saturation profiles measured on seed 0):\n")
+        L += fc_notes
+        L.append("")
+    for sc in ("codegen", "chat", "reasoning"):
+        if by.get(sc):
+            L.append(f"![{sc} change](figures/{sc}-change-vs-static.png)\n")
+
+    # ---------------------------------------------------------------- routing
+    L.append("## 2. Routing at 50% load: LMetric vs the baselines\n")
+    L.append("16 x H20, Qwen3-30B-A3B, roofline step times, no gateway queue. Mean / p99 TTFT (s) and TPOT "
+             "(ms); hit = token-weighted prefix-cache hit ratio; imb = busiest instance's share of requests "
+             "over the mean share (1.0 = perfectly even). Published (DESIGN 8): LMetric has lower mean and "
+             "tail TTFT and TPOT than vLLM/JSQ, Bailian, Dynamo and llm-d on chatbot/agent/coder; on "
+             "toolagent its mean TTFT may be ~10% above llm-d's while its TPOT is ~30% lower.\n")
+    route_summary = []
+    for sc in ROUTING_SCENARIOS:
+        entry = [x for x in by.get(sc, []) if x[0].title.startswith("routing")]
+        if not entry:
+            continue
+        st, table, stats = entry[0]
+        pt = table.unique("point")[0]
+        L.append(f"### {sc} ({pt}, {table.rows[0]['qps']:.1f} req/s)\n")
+        L.append("| policy | TTFT mean | TTFT p99 | TPOT mean | TPOT p99 | hit | imb | LMetric better on (of 4) |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        metrics = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99")
+        lm = {m: _rec(stats, sc, pt, "lmetric", m, "all")["median"] for m in metrics}
+        wins = {}
+        for pol in table.unique("policy"):
+            vals = {m: _rec(stats, sc, pt, pol, m, "all")["median"] for m in metrics}
+            hit = _rec(stats, sc, pt, pol, "prefix_hit_token_ratio", "all")["median"]
+            imb = sum(r["instance_imbalance"] for r in table.rows if r["policy"] == pol and r["class"] == "all") / max(
+                1, len([r for r in table.rows if r["policy"] == pol and r["class"] == "all"]))
+            better = "-" if pol == "lmetric" else str(sum(lm[m] < vals[m] for m in metrics))
+            if pol != "lmetric":
+                wins[pol] = {m: lm[m] < vals[m] for m in metrics}
+            L.append(f"| {'**' + pol + '**' if pol == 'lmetric' else pol} | {_s(vals['ttft_mean'])} | {_s(vals['ttft_p99'])} "
+                     f"| {_s(vals['tpot_mean'], 'ms')} | {_s(vals['tpot_p99'], 'ms')} | {hit:.3f} | {imb:.2f} | {better} |")
+        L.append("")
+        named = ["jsq", "bailian", "dynamo", "llm-d"]
+        if sc == "toolagent":
+            ll = {m: _rec(stats, sc, pt, "llm-d", m, "all")["median"] for m in metrics}
+            dt, dp = lm["ttft_mean"] / ll["ttft_mean"] - 1, lm["tpot_mean"] / ll["tpot_mean"] - 1
+            ok = dp < 0 and dt < 0.25
+            v = "agrees" if ok else "**disagrees**"
+            line = (f"toolagent: LMetric vs llm-d mean TTFT {_pct(dt)}, mean TPOT {_pct(dp)} (published ~+10% / ~-30%); "
+                    f"LMetric better than jsq on {sum(wins['jsq'].values())}/4: {v}")
+        else:
+            n_ok = sum(all(wins[p].values()) for p in named if p in wins)
+            ok = n_ok == len([p for p in named if p in wins])
+            v = "agrees" if ok else ("partly agrees" if n_ok else "**disagrees**")
+            lost = [f"{p} ({', '.join(m for m, w in wins[p].items() if not w)})" for p in named if p in wins and not all(wins[p].values())]
+            line = (f"{sc}: LMetric lower on all four metrics than {n_ok}/{len(named)} of jsq, bailian, dynamo, llm-d"
+                    + (f"; not lower vs {'; '.join(lost)}" if lost else "") + f": {v}")
+        route_summary.append(line)
+        L.append(f"Verdict: {line}\n")
+        if v != "agrees" and sc in ROUTING_NOTES:
+            L.append(ROUTING_NOTES[sc] + "\n")
+        L.append(f"![{sc} CDFs](figures/{sc}-ttft-tpot-cdf.png)\n")
+
+    # ---------------------------------------------------------------- sweep
+    sweep = [x for x in by.get("chatbot", []) if x[0].title == "load sweep"]
+    base = [x for x in by.get("chatbot", []) if x[0].title.startswith("routing")]
+    if sweep and base:
+        rows = [r for r in base[0][1].rows if r["policy"] in SWEEP_ROUTERS] + sweep[0][1].rows
+        rows.sort(key=lambda r: (r["qps"], SWEEP_ROUTERS.index(r["policy"]), r["seed"]))
+        stats = summarize_rows(rows, ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99"), baseline="jsq")
+        from llmsched_gym.plots import plot_load_sweep
+
+        plot_load_sweep(stats, FIG / "chatbot-load-sweep.png", scenario="chatbot", cls="all")
+        points = list(dict.fromkeys(r["point"] for r in rows))
+        L.append("## 3. Load sweep (chatbot)\n")
+        L.append("Mean TTFT (s) per policy and load; the last column is the spread between the worst and "
+                 "the best policy (worst / best). Published: the gap between policies widens as load rises.\n")
+        L.append("| load | req/s | " + " | ".join(SWEEP_ROUTERS) + " | worst / best |")
+        L.append("|---|---|" + "---|" * len(SWEEP_ROUTERS) + "---|")
+        spreads = []
+        for pt in points:
+            vals = [_rec(stats, "chatbot", pt, p, "ttft_mean", "all") for p in SWEEP_ROUTERS]
+            meds = [v["median"] for v in vals if v]
+            spread = max(meds) / min(meds)
+            spreads.append(spread)
+            L.append(f"| {pt} | {vals[0]['qps']:.1f} | " + " | ".join(_s(v['median']) for v in vals) + f" | {spread:.2f}x |")
+        gaps = [(_rec(stats, "chatbot", pt, "jsq", "ttft_mean", "all")["median"]
+                 - _rec(stats, "chatbot", pt, "lmetric", "ttft_mean", "all")["median"]) for pt in points]
+        widen = spreads[-1] > spreads[0] and gaps[-1] > gaps[0]
+        line = (f"load sweep: worst/best mean-TTFT spread {spreads[0]:.2f}x at {points[0]} -> {spreads[-1]:.2f}x at "
+                f"{points[-1]}; jsq - lmetric mean TTFT {_s(gaps[0])} -> {_s(gaps[-1])}: "
+                + ("agrees" if widen else "**disagrees**"))
+        route_summary.append(line)
+        L.append(f"\nVerdict: {line}\n")
+        L.append("![chatbot load sweep](figures/chatbot-load-sweep.png)\n")
+
+    # ---------------------------------------------------------------- hotspot
+    hot = by.get("kv-hotspot", [])
+    if hot:
+        st, table, stats = hot[0]
+        pt = table.unique("point")[0]
+        L.append("## 4. KV-cache hotspot: LMetric with and without its detector\n")
+        L.append("Chatbot background plus bursts of long requests sharing one 6k-token prefix. Published: "
+                 "without the detector LMetric is no better than JSQ; the detector restores it.\n")
+        L.append("| policy | TTFT mean | TTFT p99 | TPOT mean | TPOT p99 | hit | imb | Δ TTFT mean vs jsq |")
+        L.append("|---|---|---|---|---|---|---|---|")
+        v = {}
+        for pol in table.unique("policy"):
+            g = {m: _rec(stats, "kv-hotspot", pt, pol, m, "all") for m in
+                 ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99", "prefix_hit_token_ratio")}
+            v[pol] = {m: r["median"] for m, r in g.items()}
+            imb = [r["instance_imbalance"] for r in table.rows if r["policy"] == pol and r["class"] == "all"]
+            L.append(f"| {pol} | {_s(v[pol]['ttft_mean'])} | {_s(v[pol]['ttft_p99'])} | {_s(v[pol]['tpot_mean'], 'ms')} "
+                     f"| {_s(v[pol]['tpot_p99'], 'ms')} | {v[pol]['prefix_hit_token_ratio']:.3f} | {sum(imb) / len(imb):.2f} "
+                     f"| {_pct(g['ttft_mean']['change'])} |")
+        nod, det, jsq = v["lmetric-no-detector"], v["lmetric"], v["jsq"]
+        no_better = nod["ttft_p99"] >= 0.9 * jsq["ttft_p99"]
+        restores = det["ttft_p99"] < 0.9 * nod["ttft_p99"] and det["ttft_p99"] < jsq["ttft_p99"]
+        line = (f"kv-hotspot: TTFT p99 jsq {_s(jsq['ttft_p99'])}, lmetric-no-detector {_s(nod['ttft_p99'])}, "
+                f"lmetric {_s(det['ttft_p99'])}; no-detector no better than jsq: {'yes' if no_better else 'no'}; "
+                f"detector restores: {'yes' if restores else 'no'}: "
+                + ("agrees" if no_better and restores else ("partly agrees" if restores or no_better else "**disagrees**")))
+        route_summary.append(line)
+        L.append(f"\nVerdict: {line}\n")
+        if "hotspot" in ROUTING_NOTES and not (no_better and restores):
+            L.append(ROUTING_NOTES["hotspot"] + "\n")
+        L.append("![kv-hotspot CDFs](figures/kv-hotspot-ttft-tpot-cdf.png)\n")
+
+    # ---------------------------------------------------------------- summary
+    L.insert(next(i for i, x in enumerate(L) if x.startswith("## 1.")), "## Summary\n\n" + "\n".join(f"- {x}" for x in route_summary) + "\n"
+             + fc_summary(fc_verdicts) + "\n")
+    return "\n".join(L) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="1 seed, shortened windows (a few minutes)")
+    ap.add_argument("--seeds", type=int, help="paired seeds (default 3, quick 1)")
+    ap.add_argument("--workers", type=int, help="processes (default: CPU count)")
+    ap.add_argument("--render-only", action="store_true", help="rebuild the report from results/reproduce/rows.json")
+    ap.add_argument("--out", default=str(DOCS / "results.md"))
+    args = ap.parse_args(argv)
+    sts = studies(args.quick)
+    raw = RAW / ("rows-quick.json" if args.quick else "rows.json")
+    if args.render_only:
+        data = json.loads(raw.read_text())
+        seeds, runtime, results = data["seeds"], data["runtime_s"], []
+        for st, rows in zip(sts, data["tables"]):
+            import numpy as np
+
+            table = ResultTable(rows, {tuple(k.split("|")): {kk: np.asarray(vv, float) for kk, vv in v.items()}
+                                       for k, v in data["samples"].items()
+                                       if k.split("|")[0] == rows[0]["scenario"]}, {"seeds": seeds})
+            results.append((st, table, table.stats(baseline=st.baseline)))
+    else:
+        seeds = list(range(args.seeds or (1 if args.quick else 3)))
+        start = time.perf_counter()
+        results = run_studies(sts, seeds, workers=args.workers, progress=True)
+        runtime = time.perf_counter() - start
+        RAW.mkdir(parents=True, exist_ok=True)
+        samples = {}
+        for _, table, _ in results:
+            for k, v in table.samples.items():
+                samples["|".join(k)] = {kk: [float(x) for x in vv] for kk, vv in v.items()}
+        raw.write_text(json.dumps({"seeds": seeds, "runtime_s": runtime, "tables": [t.rows for _, t, _ in results],
+                                   "samples": samples}, default=lambda o: None if o != o else float(o)))
+    FIG.mkdir(parents=True, exist_ok=True)
+    all_stats = []
+    for st, table, stats in results:
+        all_stats += stats
+        if st.title == "load sweep":
+            continue
+        make_figures(st, table, stats, FIG)
+    ResultTable(all_stats).to_csv(FIG / "summary.csv")
+    text = render(results, args.quick, runtime, seeds)
+    Path(args.out).write_text(text)
+    print(f"wrote {args.out} and {FIG}/ ({runtime / 60:.1f} min of simulation)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,766 @@
+"""Evaluation harness: policies x scenarios x load points x seeds, in parallel.
+
+:func:`evaluate` runs every cell ``(scenario, load point, policy combination, seed)``
+and returns a :class:`ResultTable` with one row per cell and request class. Seeds are
+*paired*: the requests of a cell depend only on the scenario, its rate and the seed,
+so every policy sees exactly the same requests and differences between policies are not
+workload noise. Cells run in worker processes (``workers=``); a cell's result does not
+depend on where it runs, so parallel and serial results are identical.
+
+The ``llmsched-gym compare`` subcommand (:func:`add_cli`) wraps it with statistics
+(:mod:`llmsched_gym.stats`), a terminal table, CSV/JSON output and figures
+(:mod:`llmsched_gym.plots`).
+
+Policy combinations (``policies=``) may be given as
+
+* a dict ``{"router": ..., "flow_control": ..., "admission": ..., "label": ...}``
+  (any subset; roles left out keep the scenario's default; ``flow_control=None``
+  dispatches on arrival);
+* a string of ``+``-separated parts, each ``role=spec`` or a bare policy ``spec``
+  whose role is looked up in the registry: ``"lmetric"``,
+  ``"lmetric+soft-reflective-ceiling"``, ``"router=jsq+flow_control=none"``,
+  ``"llm-d:prefix_weight=2,queue_weight=1"``. Roles: ``router`` (alias ``routing``),
+  ``flow_control`` (aliases ``flow-control``, ``usage-limit``, ``fc``), ``admission``.
+  ``label=NAME`` names the combination (default: the string itself).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .errors import ConfigError
+
+RATE_KINDS = ("qps", "load", "paper_qps")
+ROLE_KEYS = ("router", "flow_control", "admission")
+_ROLE_ALIASES = {
+    "router": "router", "routing": "router", "route": "router",
+    "flow_control": "flow_control", "flow-control": "flow_control", "flowcontrol": "flow_control",
+    "usage-limit": "flow_control", "usage_limit": "flow_control", "fc": "flow_control",
+    "admission": "admission", "admit": "admission",
+}
+_REGISTRY_ROLE = {"routing": "router", "usage-limit": "flow_control", "admission": "admission"}
+_POLICY_ROLE = {"router": "routing", "flow_control": "usage-limit", "admission": "admission"}
+#: Overrides applied after the rate is resolved (they do not change the capacity a
+#: ``load`` refers to): a shorter window measures the same cluster at the same rate.
+_LATE_OVERRIDES = {"duration_s", "num_requests", "horizon_s"}
+
+#: Per-class metric columns of the result table (times in seconds).
+METRIC_COLUMNS = (
+    "requests", "finished", "rejected", "expired", "dropped", "in_flight",
+    "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99",
+    "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
+    "e2e_mean", "e2e_p50", "e2e_p90", "e2e_p99",
+    "slo_attainment", "goodput_rps", "throughput_rps", "output_tokens_per_s",
+    "prefix_hit_token_ratio", "preemptions",
+)
+ID_COLUMNS = ("scenario", "point", "rate_kind", "rate", "qps", "policy", "router", "flow_control", "admission",
+              "seed", "class")
+CELL_COLUMNS = ("instance_imbalance", "instance_cv", "sim_seconds", "wall_seconds")
+
+
+# ====================================================================== policies
+@dataclass(frozen=True)
+class PolicySpec:
+    """One policy combination: the roles it sets (others keep the scenario default)."""
+
+    label: str
+    roles: tuple = ()  # ((role, spec), ...) in ROLE_KEYS order
+
+    def kwargs(self) -> dict:
+        return dict(self.roles)
+
+    def get(self, role: str, default=None):
+        return dict(self.roles).get(role, default)
+
+
+def _role_of_name(name: str) -> str:
+    from .policy import list_policies
+
+    registry = list_policies()
+    base = name.partition(":")[0]
+    if base not in registry:
+        known = "; ".join(f"{r}: {', '.join(list_policies(r))}" for r in ("routing", "usage-limit", "admission"))
+        raise ConfigError(f"unknown policy {base!r}; known policies - {known}")
+    return _REGISTRY_ROLE[registry[base].role]
+
+
+def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
+    """A :class:`PolicySpec` from a string or dict (syntax: see the module docstring).
+
+    Names are validated (a :class:`ConfigError` names the bad one and lists the known).
+    """
+    from .policy import Policy, make_policy
+
+    if isinstance(spec, PolicySpec):
+        return spec
+    roles: dict[str, Any] = {}
+    label = None
+    if isinstance(spec, dict):
+        for k, v in spec.items():
+            if k == "label":
+                label = str(v)
+                continue
+            role = _ROLE_ALIASES.get(str(k).lower())
+            if role is None:
+                raise ConfigError(f"policy combination {spec!r}: unknown role {k!r}; use router, flow_control, admission")
+            roles[role] = None if (role == "flow_control" and (v is None or str(v).lower() == "none")) else v
+    elif isinstance(spec, Policy):
+        roles[_REGISTRY_ROLE[spec.role]] = spec
+        label = spec.name
+    elif isinstance(spec, str):
+        text = spec.strip()
+        if not text:
+            raise ConfigError("empty policy combination")
+        for part in text.split("+"):
+            part = part.strip()
+            if not part:
+                raise ConfigError(f"policy combination {spec!r}: empty part between '+'")
+            key, eq, value = part.partition("=")
+            role = _ROLE_ALIASES.get(key.strip().lower()) if eq and ":" not in key else None
+            if eq and key.strip().lower() == "label":
+                label = value.strip()
+                continue
+            if role is None:
+                if eq and ":" not in key:
+                    raise ConfigError(f"policy combination {spec!r}: unknown role {key.strip()!r}; "
+                                      "use router=, flow_control=, admission= or label=")
+                value = part
+                role = None if value.lower() == "none" else _role_of_name(value)
+                if role is None:
+                    raise ConfigError(f"policy combination {spec!r}: 'none' needs a role, e.g. flow_control=none")
+            value = value.strip()
+            if role in roles:
+                raise ConfigError(f"policy combination {spec!r} sets the {role} twice")
+            roles[role] = None if (role == "flow_control" and value.lower() == "none") else value
+        if label is None:
+            label = text
+    else:
+        raise ConfigError(f"policy combination {spec!r}: expected a string or a dict")
+    for role, value in roles.items():
+        if value is None:
+            if role != "flow_control":
+                raise ConfigError(f"{role}=none is not allowed; only flow_control can be none")
+            continue
+        if not isinstance(value, Policy):
+            make_policy(value, _POLICY_ROLE[role])  # validate now, before any simulation
+    if label is None:
+        label = "+".join(f"{r}=none" if v is None else str(getattr(v, "name", v)) for r, v in roles.items()) or "default"
+    return PolicySpec(label, tuple((r, roles[r]) for r in ROLE_KEYS if r in roles))
+
+
+def parse_policies(text: "str | Sequence") -> list[PolicySpec]:
+    """A ``;``-separated list (or a sequence) of policy combinations."""
+    items = [p for p in text.split(";") if p.strip()] if isinstance(text, str) else list(text)
+    if not items:
+        raise ConfigError("no policy given")
+    specs = [parse_policy(p) for p in items]
+    labels = [s.label for s in specs]
+    dup = {x for x in labels if labels.count(x) > 1}
+    if dup:
+        raise ConfigError(f"policy labels must be unique; repeated: {', '.join(sorted(dup))} (use label=NAME)")
+    return specs
+
+
+# ====================================================================== scenarios and points
+@dataclass
+class _Point:
+    scenario: str
+    label: str
+    rate_kind: str | None
+    rate: float | None
+    qps: float
+    sc: Any  # Scenario at exactly qps, overrides applied
+
+
+def _scenario_entries(scenarios) -> list[tuple[Any, dict]]:
+    from .scenarios import Scenario
+
+    if isinstance(scenarios, (str, Scenario, os.PathLike)):
+        scenarios = [scenarios]
+    if isinstance(scenarios, dict):
+        scenarios = list(scenarios.items())
+    out = []
+    for entry in scenarios:
+        if isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[1], dict):
+            out.append((entry[0], dict(entry[1])))
+        else:
+            out.append((entry, {}))
+    if not out:
+        raise ConfigError("no scenario given")
+    return out
+
+
+def _as_list(v) -> list:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [float(x) for x in v.split(",") if x.strip()]
+    if isinstance(v, (int, float)):
+        return [float(v)]
+    return [float(x) for x in v]
+
+
+def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides: dict | None = None) -> list[_Point]:
+    """Every (scenario, load point) with its exact request rate (measures capacity if needed).
+
+    A scenario entry may carry its own overrides and rate list: ``("codegen",
+    {"paper_qps": [4, 10, 16], "duration_s": 60})``; otherwise the global
+    ``qps``/``load``/``paper_qps`` lists apply, else the scenario's default rate.
+    """
+    from .scenarios import make_scenario
+
+    out = []
+    for entry, own in _scenario_entries(scenarios):
+        ov = {**(overrides or {}), **own}
+        rates = {k: _as_list(ov.pop(k, None)) for k in RATE_KINDS}
+        rates = {k: v for k, v in rates.items() if v}
+        if not rates:
+            rates = {k: _as_list(v) for k, v in {"qps": qps, "load": load, "paper_qps": paper_qps}.items() if v is not None}
+            rates = {k: v for k, v in rates.items() if v}
+        if len(rates) > 1:
+            raise ConfigError(f"give at most one of qps, load, paper_qps (got {', '.join(rates)})")
+        early = {k: v for k, v in ov.items() if k not in _LATE_OVERRIDES}
+        late = {k: v for k, v in ov.items() if k in _LATE_OVERRIDES}
+        if rates:
+            kind, values = next(iter(rates.items()))
+        else:  # the scenario's default rate
+            default = dict(make_scenario(entry, **early).default_rate)
+            kind, values = (next(iter(default.items())) if default else (None, None))
+            values = [values]
+        for value in values:
+            sc = make_scenario(entry, **early, **({kind: value} if kind else {}))
+            q = sc.target_qps()
+            run_sc = make_scenario(sc, **late).at_rate(q)
+            label = f"{kind}={value:g}" if kind else f"qps={q:.4g}"
+            out.append(_Point(sc.name, label, kind or "qps", float(value) if kind else q, q, run_sc))
+    return out
+
+
+# ====================================================================== one cell
+def _run_cell(task: dict) -> dict:
+    """Run one cell (top-level, so it pickles for spawned workers)."""
+    from .metrics import request_records, summarize
+
+    sc, pol, seed = task["scenario"], task["policy"], task["seed"]
+    sim = sc.simulator(seed, **pol)
+    sim.run()
+    s = summarize(sim)
+    t = sim.table
+    dispatched = t.instance[t.instance >= 0]
+    per_inst = np.bincount(dispatched, minlength=sc.cluster.instances).astype(float)
+    cell = {
+        "instance_imbalance": float(per_inst.max() / per_inst.mean()) if per_inst.sum() else math.nan,
+        "instance_cv": float(per_inst.std() / per_inst.mean()) if per_inst.sum() else math.nan,
+        "sim_seconds": s["sim_seconds"], "wall_seconds": s["wall_seconds"],
+        "router": sim.router.name if sim.router else None, "admission": sim.admission.name,
+        "flow_control": sim.flow.name if sim.flow else None,
+    }
+    out = {"index": task["index"], "classes": s["classes"], "cell": cell}
+    if task.get("samples"):
+        rec = request_records(t)
+        out["samples"] = {"ttft": rec["ttft"].astype(np.float32), "tpot": rec["tpot"].astype(np.float32),
+                          "e2e": rec["e2e"].astype(np.float32), "priority": t.priority.astype(np.int16)}
+    return out
+
+
+# ====================================================================== results
+class ResultTable:
+    """Rows of an evaluation (one per cell and class) plus per-request samples.
+
+    ``rows`` is a list of dicts (columns: :data:`ID_COLUMNS`, :data:`METRIC_COLUMNS`,
+    :data:`CELL_COLUMNS`); ``samples[(scenario, point, policy)]`` holds per-request
+    ``ttft``/``tpot``/``e2e``/``priority`` arrays of the first seed when requested.
+    """
+
+    def __init__(self, rows: list[dict], samples: dict | None = None, meta: dict | None = None):
+        self.rows = rows
+        self.samples = samples or {}
+        self.meta = meta or {}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __getitem__(self, i):
+        return self.rows[i]
+
+    @property
+    def columns(self) -> list[str]:
+        cols: list[str] = []
+        for r in self.rows:
+            cols += [k for k in r if k not in cols]
+        return cols
+
+    def filter(self, **match) -> "ResultTable":
+        """Rows whose fields equal every ``match`` value (e.g. ``policy="lmetric", class_="all"``)."""
+        match = {k.rstrip("_"): v for k, v in match.items()}
+        return ResultTable([r for r in self.rows if all(r.get(k) == v for k, v in match.items())], self.samples, self.meta)
+
+    def column(self, name: str) -> list:
+        return [r.get(name) for r in self.rows]
+
+    def unique(self, name: str) -> list:
+        seen = []
+        for r in self.rows:
+            if r.get(name) not in seen:
+                seen.append(r.get(name))
+        return seen
+
+    def to_csv(self, path: "str | os.PathLike | None" = None) -> str:
+        """The table as CSV text (also written to ``path`` if given)."""
+        import io
+
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=self.columns, lineterminator="\n")
+        w.writeheader()
+        for r in self.rows:
+            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        text = buf.getvalue()
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+        return text
+
+    def to_json(self, path: "str | os.PathLike | None" = None, **extra) -> str:
+        text = json.dumps({"meta": self.meta, **extra, "rows": self.rows}, indent=1, default=_json_default)
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text)
+        return text
+
+    def to_dicts(self) -> list[dict]:
+        return [dict(r) for r in self.rows]
+
+    def stats(self, metrics=None, baseline: str | None = None, **kw) -> list[dict]:
+        """Median and bootstrap CI per metric across seeds (see :func:`llmsched_gym.stats.summarize_rows`)."""
+        from .stats import DEFAULT_METRICS, summarize_rows
+
+        return summarize_rows(self.rows, metrics or DEFAULT_METRICS, baseline=baseline, **kw)
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    return str(o)
+
+
+# ====================================================================== evaluate
+def evaluate(scenarios, policies, seeds: "int | Sequence[int]" = 3, *, qps=None, load=None, paper_qps=None,
+             overrides: dict | None = None, workers: int | None = None, samples: bool = False,
+             progress: "bool | Callable[[int, int], None]" = False, mp_context=None) -> ResultTable:
+    """Run every (scenario, load point, policy combination, seed) cell.
+
+    Args:
+        scenarios: a name / YAML path / :class:`~llmsched_gym.scenarios.Scenario`, or a
+            list of them; an entry may be ``(scenario, overrides)`` with its own rate list,
+            e.g. ``("codegen", {"paper_qps": [4, 10, 16]})``.
+        policies: policy combinations (``;``-separated string, or a list of strings /
+            dicts; see the module docstring).
+        seeds: a count (seeds ``0..n-1``) or an explicit list.
+        qps / load / paper_qps: load points for every scenario (a number, a list, or a
+            comma-separated string); at most one kind. Default: each scenario's default rate.
+        overrides: scenario overrides for every scenario (``duration_s``, ``instances``...).
+            ``duration_s`` / ``num_requests`` / ``horizon_s`` apply after the rate is
+            resolved, so ``load`` keeps meaning a fraction of the unshortened scenario's
+            capacity.
+        workers: processes (default ``min(cpu count, cells)``; 1 runs in this process).
+        samples: keep per-request TTFT/TPOT/E2E of the first seed of every
+            (scenario, point, policy) in ``result.samples`` (for CDF figures).
+        progress: True shows a rich progress bar; a callable gets ``(done, total)``.
+        mp_context: multiprocessing context for the pool (default: the platform's).
+
+    Returns:
+        A :class:`ResultTable`: one row per cell and class (each class of the workload
+        plus ``all``).
+    """
+    plan = _plan(scenarios, policies, seeds, qps=qps, load=load, paper_qps=paper_qps, overrides=overrides,
+                 samples=samples)
+    start = time.perf_counter()
+    results, n_workers = _execute(plan["tasks"], workers, progress, mp_context)
+    table = _assemble(plan, results)
+    table.meta.update(workers=n_workers, wall_seconds=time.perf_counter() - start)
+    return table
+
+
+def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, overrides=None, samples=False,
+          common: dict | None = None) -> dict:
+    specs = [with_defaults(s, common) for s in parse_policies(policies)]
+    if isinstance(seeds, (int, np.integer)):
+        if seeds < 1:
+            raise ConfigError(f"seeds={seeds} is invalid; it must be >= 1")
+        seed_list = list(range(int(seeds)))
+    else:
+        seed_list = [int(s) for s in seeds]
+        if not seed_list:
+            raise ConfigError("no seed given")
+    points = resolve_points(scenarios, qps=qps, load=load, paper_qps=paper_qps, overrides=overrides)
+    tasks = []
+    for pi, pt in enumerate(points):
+        for si, spec in enumerate(specs):
+            for k, seed in enumerate(seed_list):
+                tasks.append({"index": len(tasks), "scenario": pt.sc, "policy": spec.kwargs(), "seed": seed,
+                              "samples": bool(samples) and k == 0, "key": (pi, si, seed)})
+    return {"specs": specs, "seeds": seed_list, "points": points, "tasks": tasks}
+
+
+def _execute(tasks: list[dict], workers, progress, mp_context=None) -> tuple[list[dict], int]:
+    total = len(tasks)
+    n_workers = min(os.cpu_count() or 1, total) if workers is None else max(1, min(int(workers), total))
+    results: list[dict | None] = [None] * total
+    for i, t in enumerate(tasks):
+        t["index"] = i
+
+    def run_all(tick):
+        if n_workers <= 1:
+            for t in tasks:
+                results[t["index"]] = _run_cell(t)
+                tick()
+            return
+        with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp_context) as pool:
+            futures = [pool.submit(_run_cell, t) for t in tasks]
+            for f in as_completed(futures):
+                r = f.result()
+                results[r["index"]] = r
+                tick()
+
+    if progress is True:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        with Progress(TextColumn("[bold]simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TextColumn("eta"), TimeRemainingColumn()) as bar:
+            task_id = bar.add_task("cells", total=total)
+            run_all(lambda: bar.advance(task_id))
+    else:
+        done = [0]
+
+        def tick():
+            done[0] += 1
+            if callable(progress):
+                progress(done[0], total)
+
+        run_all(tick)
+    return results, n_workers
+
+
+def _assemble(plan: dict, results: list[dict]) -> ResultTable:
+    points, specs = plan["points"], plan["specs"]
+    rows, sample_map = [], {}
+    for t, r in zip(plan["tasks"], results):
+        pi, si, seed = t["key"]
+        pt, spec = points[pi], specs[si]
+        ident = {"scenario": pt.scenario, "point": pt.label, "rate_kind": pt.rate_kind, "rate": pt.rate,
+                 "qps": pt.qps, "policy": spec.label, "router": r["cell"]["router"],
+                 "flow_control": r["cell"]["flow_control"], "admission": r["cell"]["admission"], "seed": seed}
+        for cls, m in r["classes"].items():
+            row = dict(ident, **{"class": cls})
+            row.update({k: m.get(k) for k in METRIC_COLUMNS})
+            row.update({k: r["cell"][k] for k in CELL_COLUMNS})
+            rows.append(row)
+        if "samples" in r:
+            sample_map[(pt.scenario, pt.label, spec.label)] = r["samples"]
+    meta = {"seeds": plan["seeds"], "policies": [s.label for s in specs], "cells": len(plan["tasks"]),
+            "points": [{"scenario": p.scenario, "point": p.label, "qps": p.qps} for p in points]}
+    return ResultTable(rows, sample_map, meta)
+
+
+def with_defaults(spec: PolicySpec, common: dict | None) -> PolicySpec:
+    """``spec`` with the roles of ``common`` it does not set itself."""
+    if not common:
+        return spec
+    roles = {**common, **spec.kwargs()}
+    return PolicySpec(spec.label, tuple((r, roles[r]) for r in ROLE_KEYS if r in roles))
+
+
+# ====================================================================== compare (CLI)
+@dataclass
+class Study:
+    """One comparison: a scenario, its load points, the policies and the baseline."""
+
+    scenario: Any
+    policies: list
+    baseline: str | None = None
+    rates: dict = field(default_factory=dict)  # {"paper_qps": [4, 10, 16]}
+    overrides: dict = field(default_factory=dict)
+    classes: tuple = ("critical", "sheddable", "all")
+    title: str = ""
+
+
+def default_studies(quick: bool = True) -> list[Study]:
+    """What ``llmsched-gym compare`` runs without arguments (about a minute on 2 cores)."""
+    return [
+        Study("codegen", ["static-usage-limit", "soft-reflective-ceiling"], "static-usage-limit",
+              {"paper_qps": [4, 10, 16]}, {}, ("critical", "sheddable"),
+              "flow control: soft-reflective ceiling vs static threshold 1.0 (router llm-d)"),
+        Study("chatbot", ["jsq", "llm-d", "lmetric"], "jsq", {"load": [0.5]},
+              {"duration_s": 60.0} if quick else {}, ("all",),
+              "routing at 50% load (no gateway queue)"),
+    ]
+
+
+def run_studies(studies: list[Study], seeds, *, workers=None, progress=True, common: dict | None = None,
+                mp_context=None) -> list[tuple[Study, ResultTable, list[dict]]]:
+    """Evaluate several studies in one process pool; ``[(study, table, stats)]`` in order."""
+    plans = [_plan([(st.scenario, {**st.rates, **st.overrides})], st.policies, seeds, samples=True, common=common)
+             for st in studies]
+    for st, plan in zip(studies, plans):
+        labels = [s.label for s in plan["specs"]]
+        if st.baseline is not None and st.baseline not in labels:
+            raise ConfigError(f"baseline {st.baseline!r} is not one of the policies: {', '.join(labels)}")
+    tasks = [t for plan in plans for t in plan["tasks"]]
+    start = time.perf_counter()
+    results, n_workers = _execute(tasks, workers, progress, mp_context)
+    out, k = [], 0
+    for st, plan in zip(studies, plans):
+        n = len(plan["tasks"])
+        table = _assemble(plan, results[k:k + n])
+        table.meta.update(workers=n_workers, wall_seconds=time.perf_counter() - start)
+        k += n
+        out.append((st, table, table.stats(baseline=st.baseline)))
+    return out
+
+
+KEY_METRICS = (("ttft_mean", "TTFT mean", 1.0), ("ttft_p99", "TTFT p99", 1.0), ("tpot_mean", "TPOT mean", 1e3),
+               ("tpot_p99", "TPOT p99", 1e3), ("e2e_p99", "E2E p99", 1.0), ("throughput_rps", "req/s", 1.0),
+               ("slo_attainment", "SLO", 1.0))
+
+
+CHANGE_COLUMNS = ("ttft_mean", "ttft_p99", "tpot_mean", "e2e_p99", "throughput_rps")
+
+
+def _fmt(v, scale=1.0, digits=3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    v *= scale
+    return f"{v:.{digits}g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def _pct(v) -> str:
+    return "" if v is None or not math.isfinite(v) else f"{v * 100:+.0f}%"
+
+
+def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) -> None:
+    """Rich table: per point, class and policy: median [95% CI] and change vs the baseline."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from .stats import lookup
+
+    console = console or Console(width=max(Console().width, 190))
+    name = table.rows[0]["scenario"] if table.rows else str(st.scenario)
+    n = len(table.meta.get("seeds", []))
+    t = Table(title=f"{name}" + (f": {st.title}" if st.title else "") + f" - median over {n} seeds ± 95% CI half-width"
+                    + (f", (change vs {st.baseline})" if st.baseline else ""), show_lines=False)
+    for col in ("point", "class", "policy"):
+        t.add_column(col)
+    for _, label, scale in KEY_METRICS:
+        unit = " (ms)" if scale == 1e3 else (" (s)" if label.startswith(("TTFT", "E2E")) else "")
+        t.add_column(label + unit, justify="right")
+    t.add_column("rej+exp", justify="right")
+    classes = [c for c in st.classes if c in table.unique("class")] or table.unique("class")
+    for point in table.unique("point"):
+        for cls in classes:
+            for pol in table.unique("policy"):
+                cells = []
+                for m, _, scale in KEY_METRICS:
+                    rec = lookup(stats, point=point, policy=pol, metric=m, **{"class": cls})
+                    if rec is None:
+                        cells.append("-")
+                        continue
+                    txt = _fmt(rec["median"], scale)
+                    if rec["n"] > 1 and math.isfinite(rec["ci_low"]) and rec["ci_low"] != rec["ci_high"]:
+                        hw = max(rec["ci_high"] - rec["median"], rec["median"] - rec["ci_low"])
+                        txt += f" ±{_fmt(hw, scale, 2)}"
+                    if st.baseline and pol != st.baseline and m in CHANGE_COLUMNS:
+                        txt += f" ({_pct(rec.get('change'))})"
+                    cells.append(txt)
+                rej = lookup(stats, point=point, policy=pol, metric="rejected", **{"class": cls})
+                exp = lookup(stats, point=point, policy=pol, metric="expired", **{"class": cls})
+                cells.append(_fmt((rej["median"] if rej else 0) + (exp["median"] if exp else 0), 1, 4))
+                t.add_row(point, cls, pol, *cells)
+            t.add_section()
+    console.print(t)
+
+
+def make_figures(st: Study, table: ResultTable, stats: list[dict], out: Path, prefix: str | None = None) -> list[Path]:
+    """The study's figures in ``out``: CDFs, change bars (with a baseline), load sweep (>= 2 points)."""
+    from . import plots
+
+    name = table.rows[0]["scenario"]
+    prefix = prefix or name
+    focus = st.classes[0] if st.classes else "all"
+    files = []
+    points = table.unique("point")
+    cdf_point = points[-1]
+    files.append(plots.plot_cdfs(table.samples, out / f"{prefix}-ttft-tpot-cdf.png", scenario=name, point=cdf_point,
+                                 policies=table.unique("policy"), cls=focus))
+    if st.baseline is not None and len(table.unique("policy")) > 1:
+        files.append(plots.plot_change_bars(stats, out / f"{prefix}-change-vs-{_slug(st.baseline)}.png",
+                                            scenario=name, baseline=st.baseline, cls=focus))
+    if len(points) >= 2:
+        files.append(plots.plot_load_sweep(stats, out / f"{prefix}-load-sweep.png", scenario=name, cls=focus))
+    return files
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in s).strip("-")
+
+
+_COMPARE_HELP = """\
+Compare policy combinations on one scenario over load points and paired seeds.
+
+Without arguments, runs the default study: flow control on codegen
+(static-usage-limit vs soft-reflective-ceiling at --paper-qps 4,10,16, critical and
+sheddable) and routing on chatbot (jsq, llm-d, lmetric at --load 0.5, shortened).
+
+POLICIES: entries separated by ';'. Each entry is one combination of roles joined
+by '+'; a part is 'role=SPEC' or a bare SPEC whose role is found from its name:
+  'jsq;lmetric;llm-d'                                  three routers
+  'static-usage-limit;soft-reflective-ceiling'         two flow-control policies
+  'lmetric+soft-reflective-ceiling;jsq+flow_control=none'
+  'router=llm-d:prefix_weight=2,queue_weight=1+label=llmd-p2'
+Roles: router (routing), flow_control (usage-limit, fc; 'none' = no gateway queue),
+admission; label=NAME names the entry. SPEC = NAME[:key=value,...] as in
+`llmsched-gym policies`. Roles an entry leaves out come from --router /
+--flow-control / --admission, else from the scenario's defaults. No --mode is
+needed: a bare name's role (router, flow control, admission) comes from the registry.
+
+Output: a table in the terminal (median over seeds, bootstrap 95% CI, paired change
+vs --baseline), and in --out: results.csv, results.json (per cell and class),
+summary.csv (statistics) and PNG figures (TTFT/TPOT CDFs, change bars per load
+point, load sweep).
+"""
+
+
+def add_cli(subparsers) -> None:
+    """Register ``llmsched-gym compare``."""
+    import argparse
+
+    p = subparsers.add_parser("compare", help="compare policy combinations over load points and seeds",
+                              description=_COMPARE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", help="scenario name or YAML file (default: the built-in default study)")
+    rate = p.add_mutually_exclusive_group()
+    rate.add_argument("--qps", help="comma-separated request rates, e.g. 4,10,16")
+    rate.add_argument("--load", help="comma-separated fractions of measured capacity, e.g. 0.3,0.5,0.7")
+    rate.add_argument("--paper-qps", help="comma-separated published QPS points (codegen, chat, reasoning)")
+    p.add_argument("--policies", help="';'-separated policy combinations (see above); default depends on the scenario")
+    p.add_argument("--router", help="router for entries that do not set one")
+    p.add_argument("--flow-control", help="flow control for entries that do not set one ('none' = no queue)")
+    p.add_argument("--admission", help="admission for entries that do not set one")
+    p.add_argument("--baseline", help="label of the policy entry that changes are relative to (default: the first)")
+    p.add_argument("--seeds", type=int, default=3, help="number of paired seeds (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--duration", type=float, help="arrival window in seconds (synthetic scenarios; shortens runs)")
+    p.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
+    p.add_argument("--class", dest="classes", help="comma-separated classes to show (default: critical,sheddable,all)")
+    p.add_argument("--out", help="output directory (default results/compare-<timestamp>)")
+    p.add_argument("--workers", type=int, help="processes (default: min(CPU count, cells))")
+    p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    p.set_defaults(func=cmd_compare)
+
+
+def _default_policies(scenario) -> str:
+    from .scenarios import make_scenario
+
+    sc = make_scenario(scenario)
+    if sc.gateway.flow_control is not None:
+        return "static-usage-limit;soft-reflective-ceiling"
+    return "jsq;llm-d;lmetric"
+
+
+def cmd_compare(args) -> int:
+    from rich.console import Console
+
+    if args.seeds < 1:
+        raise ConfigError(f"--seeds={args.seeds} is invalid; it must be >= 1")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers={args.workers} is invalid; it must be >= 1")
+    for name in ("duration", "horizon"):
+        v = getattr(args, name)
+        if v is not None and v <= 0:
+            raise ConfigError(f"--{name}={v} is invalid; it must be > 0")
+    common = {}
+    if args.router:
+        common["router"] = args.router
+    if args.admission:
+        common["admission"] = args.admission
+    if args.flow_control:
+        common["flow_control"] = None if args.flow_control.lower() == "none" else args.flow_control
+    if common:
+        parse_policy({k: v for k, v in common.items()})  # validate names
+    overrides = {}
+    if args.duration:
+        overrides["duration_s"] = args.duration
+    if args.horizon:
+        overrides["horizon_s"] = args.horizon
+    rates = {k: _parse_rates(k, getattr(args, k)) for k in RATE_KINDS if getattr(args, k) is not None}
+    if args.scenario is None and args.policies is None and not rates:
+        studies = default_studies()
+        for st in studies:
+            st.overrides.update(overrides)
+        if args.baseline:
+            raise ConfigError("--baseline needs --scenario and --policies")
+    else:
+        from .scenarios import make_scenario
+
+        scenario = args.scenario or "codegen"
+        make_scenario(scenario)  # clear error for unknown names
+        policies = args.policies or _default_policies(scenario)
+        specs = parse_policies(policies)
+        classes = tuple(c.strip() for c in args.classes.split(",")) if args.classes else ("critical", "sheddable", "all")
+        studies = [Study(scenario, specs, args.baseline or specs[0].label, rates, overrides, classes, "")]
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    out = Path(args.out) if args.out else Path("results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+    console = Console(width=max(Console().width, 190))
+    start = time.perf_counter()
+    results = run_studies(studies, seeds, workers=args.workers, progress=True, common=common)
+    out.mkdir(parents=True, exist_ok=True)
+    all_rows, all_stats, figures = [], [], []
+    for st, table, stats in results:
+        print_study(st, table, stats, console)
+        all_rows += table.rows
+        all_stats += stats
+        if not args.no_plots:
+            figures += make_figures(st, table, stats, out)
+    merged = ResultTable(all_rows, meta={"seeds": seeds, "studies": [
+        {"scenario": str(st.scenario), "policies": [parse_policy(p).label for p in st.policies],
+         "baseline": st.baseline, "rates": st.rates, "overrides": st.overrides} for st in studies]})
+    merged.to_csv(out / "results.csv")
+    merged.to_json(out / "results.json", stats=all_stats)
+    ResultTable(all_stats).to_csv(out / "summary.csv")
+    wall = time.perf_counter() - start
+    console.print(f"\n{len(all_rows)} rows from {sum(t.meta['cells'] for _, t, _ in results)} cells in {wall:.1f} s.")
+    console.print(f"results: {out / 'results.csv'}, {out / 'results.json'}, {out / 'summary.csv'}")
+    if figures:
+        console.print("figures: " + ", ".join(str(f) for f in figures))
+    return 0
+
+
+def _parse_rates(kind: str, text: str) -> list[float]:
+    try:
+        vals = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; give comma-separated numbers") from None
+    if not vals or any(not (v > 0) for v in vals):
+        raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; every value must be > 0")
+    return vals
