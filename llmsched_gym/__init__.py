@@ -1,9 +1,37 @@
-"""llmsched-gym: LLM-cluster request scheduling as a reinforcement-learning problem."""
+"""llmsched-gym: LLM-cluster request scheduling as a reinforcement-learning problem.
+
+``import llmsched_gym`` registers the Gymnasium environments ``llmsched/Routing-v0``,
+``llmsched/FlowControl-v0`` and ``llmsched/Admission-v0``.
+"""
 
 from . import envs  # noqa: F401  (registers the gymnasium environments)
+from .engine import EngineConfig
 from .errors import ConfigError, PolicyError, TraceFormatError
 from .evaluation import evaluate
+from .metrics import summarize
+from .policy import (
+    AdmissionPolicy,
+    RoutingPolicy,
+    UsageLimitPolicy,
+    list_policies,
+    make_policy,
+    register_policy,
+)
+from .scenarios import (
+    Scenario,
+    list_scenarios,
+    load_scenario,
+    make_scenario,
+    measure_capacity,
+    register_scenario,
+)
+from .simulator import ClusterConfig, GatewayConfig, Simulator
 from .workload import Workload
 
 __version__ = "0.1.0"
-__all__ = ["evaluate", "ConfigError", "PolicyError", "TraceFormatError", "Workload", "__version__"]
+__all__ = [
+    "AdmissionPolicy", "ClusterConfig", "ConfigError", "EngineConfig", "GatewayConfig", "PolicyError",
+    "RoutingPolicy", "Scenario", "Simulator", "TraceFormatError", "UsageLimitPolicy", "Workload",
+    "evaluate", "list_policies", "list_scenarios", "load_scenario", "make_policy", "make_scenario",
+    "measure_capacity", "register_policy", "register_scenario", "summarize", "__version__",
+]
