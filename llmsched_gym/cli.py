@@ -78,12 +78,15 @@ def scenario_from_args(args) -> "object":
         if args.time_scale != 1.0:
             if args.time_scale <= 0:
                 raise ConfigError(f"--time-scale={args.time_scale} is invalid; it must be > 0")
-            sc.qps = sc.base_rate() / args.time_scale if sc.qps is None and sc.load is None else sc.qps
+            if sc.qps is not None or sc.load is not None:
+                raise ConfigError("give either --time-scale or a rate (--qps/--load), not both")
+            sc.qps = sc.base_rate() / args.time_scale
         return sc
     return make_scenario(args.scenario or "codegen", **overrides)
 
 
-def _policy_overrides(args) -> dict:
+def policy_overrides(args) -> dict:
+    """The --router/--admission/--flow-control arguments as Scenario.simulator keywords."""
     out = {}
     if args.router:
         out["router"] = args.router
@@ -106,7 +109,7 @@ def cmd_run(args) -> int:
     from .metrics import summarize
 
     sc = scenario_from_args(args)
-    pol = _policy_overrides(args)
+    pol = policy_overrides(args)
     _validate_policies(pol)
     if args.seeds < 1:
         raise ConfigError(f"--seeds={args.seeds} is invalid; it must be >= 1")

@@ -699,13 +699,9 @@ def cmd_compare(args) -> int:
         v = getattr(args, name)
         if v is not None and v <= 0:
             raise ConfigError(f"--{name}={v} is invalid; it must be > 0")
-    common = {}
-    if args.router:
-        common["router"] = args.router
-    if args.admission:
-        common["admission"] = args.admission
-    if args.flow_control:
-        common["flow_control"] = None if args.flow_control.lower() == "none" else args.flow_control
+    from .cli import policy_overrides
+
+    common = policy_overrides(args)
     if common:
         parse_policy({k: v for k, v in common.items()})  # validate names
     overrides = {}

@@ -7,7 +7,6 @@ import pytest
 from conftest import assert_accounting
 
 from llmsched_gym.errors import PolicyError
-from llmsched_gym.metrics import summarize
 from llmsched_gym.policy import RoutingPolicy, UsageLimitPolicy, list_policies
 from llmsched_gym.scenarios import make_scenario
 from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
