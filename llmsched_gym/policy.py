@@ -31,6 +31,13 @@ class Policy:
     def reset(self, num_instances: int, rng: np.random.Generator) -> None:
         """Called before each simulation; drop any state from an earlier run."""
 
+    def bind(self, view: RouterView) -> None:
+        """Called once per simulation, after ``reset``, with the gateway's live view.
+
+        The simulator refreshes that object in place before every decision, so a policy
+        whose call carries no view (``UsageLimitPolicy.ceilings``) can keep and read it.
+        """
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
 

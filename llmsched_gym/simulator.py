@@ -155,6 +155,8 @@ class Simulator:
         self.band_of = {p: b for b, p in enumerate(self.band_priorities)}
         self.bands: list[deque[int]] = [deque() for _ in self.band_priorities]
         self.enqueued_t = np.full(len(workload), np.nan)
+        band_lookup = np.vectorize(self.band_of.__getitem__, otypes=[np.int64])
+        self._band_index = band_lookup(workload.priority) if len(workload) else np.zeros(0, np.int64)
 
         # Scraped metrics and router-local counters (DESIGN 3.4).
         self.scraped_waiting = np.zeros(I, np.int64)
@@ -183,8 +185,11 @@ class Simulator:
             prefix_hit_tokens=self.prefix_hit_tokens, latency_model=self.latency,
             engine=cluster.engine, kv_blocks=self.kv_blocks, rng=self.rng,
             band_priorities=self.band_priorities, band_lengths=np.zeros(len(self.bands), np.int64),
-            band_oldest_wait_s=np.zeros(len(self.bands)),
+            band_oldest_wait_s=np.zeros(len(self.bands)), arrivals_since=self.arrivals_since,
         )
+        for p in (self.router, self.admission, self.flow):
+            if p is not None:
+                p.bind(self.view)
         self._scrape(0.0)
 
     # ================================================================ public API
@@ -251,6 +256,12 @@ class Simulator:
                 n = inst.cache.match(keys, blocks)[0]
                 out[i] = ends[n - 1] if n else 0
         return out
+
+    def arrivals_since(self, t: float) -> np.ndarray:
+        """Arrivals at the gateway per band (band 0 highest) after time ``t`` until now."""
+        ptr = self._arrival_ptr
+        lo = int(np.searchsorted(self.workload.arrival_s[:ptr], t, side="right"))
+        return np.bincount(self._band_index[lo:ptr], minlength=len(self.bands))
 
     def current_view(self) -> RouterView:
         """The router's view now (scraped metrics as of the last scrape)."""
@@ -348,6 +359,7 @@ class Simulator:
         """One cycle of DESIGN 4's dispatch loop: at most one dispatch."""
         self._expire(t)
         s = self.saturation
+        self.current_view()  # bound policies read it
         ceilings = self.flow.ceilings(s, len(self.bands))
         blocked = False
         for b, q in enumerate(self.bands):

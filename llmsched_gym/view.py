@@ -70,6 +70,8 @@ class RouterView:
         latency_model, engine: the step-time model and engine config of the instances,
             for simulation-based routers (predicted latency, PolyServe, Preble).
         rng: the gateway's seeded generator; policies draw all randomness from it.
+    Gateway queues: ``band_priorities`` (band 0 highest), ``band_lengths``,
+    ``band_oldest_wait_s``, and ``arrivals_since(t)``: arrivals per band after time ``t``.
     """
 
     now: float
@@ -89,3 +91,4 @@ class RouterView:
     band_priorities: tuple[int, ...] = ()
     band_lengths: np.ndarray | None = None
     band_oldest_wait_s: np.ndarray | None = None
+    arrivals_since: Callable[[float], np.ndarray] | None = None

@@ -1,0 +1,270 @@
+"""Trained agents as gateway policies: ``make_policy("agent:PATH")``.
+
+``PATH`` is a training output directory (``model.zip``, ``vecnormalize.pkl``,
+``agent.json``; see :mod:`agents.train`) or its ``model.zip``. The model acts through
+the same policy interface as every baseline, so ``llmsched-gym compare --policies
+'jsq;lmetric;agent:PATH'`` evaluates it with the harness, on the same paired seeds:
+
+* a Routing model (``llmsched/Routing-v0``) becomes a :class:`AgentRouter`
+  (``RoutingPolicy``), usable as ``agent:PATH`` or ``router=agent:PATH``;
+* a FlowControl model becomes a :class:`AgentUsageLimit` (``UsageLimitPolicy``); the
+  registry lists ``agent`` as a routing policy, so name the role:
+  ``fc=agent:PATH`` (or ``flow_control=agent:PATH``).
+
+Observation: the policy builds *exactly* the environment's observation by running the
+environment's own code (``llmsched_gym.envs.core``: ``Driver.write_obs``, the driver's
+``_extra_obs`` and ``normalize_obs``) on a stand-in for the simulator that answers
+from the :class:`~llmsched_gym.view.RouterView` the policy is handed (and the request
+being routed), then applies the saved ``VecNormalize`` statistics. Actions are
+deterministic (the mode of the policy distribution).
+
+Routing models with the per-instance scorer (:mod:`agents.networks`) route clusters of
+any size; flat-MLP models need the training cluster's instance count.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.policy import RoutingPolicy, UsageLimitPolicy, register_policy
+
+_CACHE: dict = {}
+
+
+# ====================================================================== loading
+class LoadedAgent:
+    """A saved model, its VecNormalize statistics and its training metadata."""
+
+    def __init__(self, path: "str | Path"):
+        import torch
+
+        from agents.train import _algo_class
+
+        p = Path(path)
+        if p.is_dir():
+            model_file = p / "model.zip"
+            d = p
+        else:
+            model_file = p
+            d = p.parent
+        if not model_file.is_file():
+            raise ConfigError(f"agent:{path}: no model file {model_file}")
+        meta_file = d / "agent.json"
+        if not meta_file.is_file() and (d.parent / "agent.json").is_file():  # best/best_model.zip
+            meta_file = d.parent / "agent.json"
+        if not meta_file.is_file():
+            raise ConfigError(f"agent:{path}: no agent.json next to the model (written by llmsched-gym train)")
+        self.meta = json.loads(meta_file.read_text())
+        self.env_id = self.meta["env_id"]
+        self.kind = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
+                     "llmsched/Admission-v0": "admission"}[self.env_id]
+        if torch.get_num_threads() > 1:
+            torch.set_num_threads(1)  # tiny networks: one thread is fastest (and workers share cores)
+        import agents.networks  # noqa: F401  (custom policy classes referenced by the saved model)
+
+        self.model = _algo_class(self.meta["algo"]).load(str(model_file), device="cpu")
+        self.vecnorm = None
+        vn_file = model_file.parent / "vecnormalize.pkl"
+        if not vn_file.is_file():
+            vn_file = d / "vecnormalize.pkl"
+        if vn_file.is_file():
+            with open(vn_file, "rb") as f:
+                self.vecnorm = pickle.load(f)
+            self.vecnorm.training = False
+        self.obs_exclude = tuple(((self.meta.get("env_kwargs") or {}).get("observation") or {}).get("exclude", ()))
+        self.control_interval = float((self.meta.get("env_kwargs") or {}).get("control_interval", 0.1))
+
+    def normalize(self, obs: dict) -> dict:
+        if self.vecnorm is not None and self.vecnorm.norm_obs:
+            obs = self.vecnorm.normalize_obs(obs)
+        return obs
+
+
+def load_agent(path: "str | Path") -> LoadedAgent:
+    """Load (and cache per process) the agent saved at ``path``."""
+    p = Path(path).resolve()
+    f = p / "model.zip" if p.is_dir() else p
+    key = (str(p), f.stat().st_mtime if f.exists() else None)
+    if key not in _CACHE:
+        _CACHE[key] = LoadedAgent(p)
+    return _CACHE[key]
+
+
+# ====================================================================== the env's observation from a view
+class _ViewSim:
+    """Stand-in for the simulator, answering the driver's observation code from a view."""
+
+    def __init__(self, view, request=None, arrivals=None):
+        self.view = view
+        self.pending_info = request
+        self.now = view.now
+        self._arrivals = arrivals
+
+    def current_view(self):
+        return self.view
+
+    def prefix_hit_tokens(self, request):
+        return self.view.prefix_hit_tokens(request)
+
+
+def _setup_for(kind: str, view, exclude=()):
+    """An environment ``Setup`` for the cluster the view describes (any size)."""
+    from llmsched_gym.envs.core import COMMON_KEYS, INTERVAL_KEYS, ROUTING_KEYS, Setup
+
+    extra = ROUTING_KEYS if kind == "routing" else INTERVAL_KEYS
+    keys = [k for k in COMMON_KEYS + extra if k.name not in set(exclude)]
+    bands = tuple(view.band_priorities) or (0,)
+    return Setup(kind=kind, scenario=SimpleNamespace(cluster=SimpleNamespace(engine=view.engine)), horizon=None,
+                 reward="ttft", reward_scale=1.0, unserved_penalty_s=0.0, priority_weights={},
+                 control_interval=0.1, router=None, flow_control=None, admission=None, normalize=True,
+                 obs_keys=keys, num_instances=int(view.num_instances), band_priorities=bands,
+                 sheddable=tuple(b for b, p in enumerate(bands) if p < 0))
+
+
+class ObservationBuilder:
+    """Builds the environment's normalized observation (batch of one) from a RouterView,
+    with the environment's driver code (see the module docstring)."""
+
+    def __init__(self, kind: str, view, exclude=()):
+        from llmsched_gym.envs.core import DRIVERS, raw_buffers
+
+        self.kind = kind
+        self.setup = _setup_for(kind, view, exclude)
+        drv = DRIVERS[kind].__new__(DRIVERS[kind])
+        from llmsched_gym.envs.core import Driver
+
+        Driver.__init__(drv, self.setup)
+        drv._sim_bands = np.arange(len(self.setup.band_priorities), dtype=np.int64)
+        drv._last_arrivals = np.zeros(len(self.setup.band_priorities))
+        self.driver = drv
+        self.raw = raw_buffers(self.setup, 1)
+        self.key = (int(view.num_instances), tuple(view.band_priorities))
+
+    def build(self, view, request=None, band_arrival_rate=None) -> dict:
+        from llmsched_gym.envs.core import normalize_obs
+
+        d = self.driver
+        d.sim = _ViewSim(view, request)
+        if band_arrival_rate is not None:
+            d._last_arrivals = band_arrival_rate
+        d.write_obs(self.raw, 0)
+        d.sim = None
+        return normalize_obs(self.setup, self.raw)
+
+
+# ====================================================================== policies
+class AgentRouter(RoutingPolicy):
+    """A trained Routing-v0 model as a routing policy (deterministic)."""
+
+    name = "agent"
+    description = "a trained RL agent: agent:PATH (a llmsched-gym train output directory or model.zip)"
+
+    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+        self.agent = agent or load_agent(path)
+        if self.agent.kind != "routing":
+            raise ConfigError(f"agent:{path} is a {self.agent.env_id} model, not a routing model")
+        self.path = path
+        self._builder = None
+        pol = self.agent.model.policy
+        self._scorer = getattr(pol.features_extractor, "scores", None)
+
+    def reset(self, num_instances: int, rng) -> None:
+        self._builder = None
+
+    def observation(self, request, view) -> dict:
+        """The environment's observation (a batch of one) for routing ``request`` now."""
+        b = self._builder
+        if b is None or b.key != (int(view.num_instances), tuple(view.band_priorities)):
+            b = self._builder = ObservationBuilder("routing", view, self.agent.obs_exclude)
+        return b.build(view, request)
+
+    def route(self, request, view) -> int:
+        obs = self.agent.normalize(self.observation(request, view))
+        if self._scorer is not None:
+            # The per-instance scorer's logits, for a cluster of any size (SB3's predict
+            # insists on the training observation shape).
+            import torch as th
+
+            with th.no_grad():
+                s = self._scorer({k: th.as_tensor(v, dtype=th.float32) for k, v in obs.items()})
+            return int(s[0].argmax())
+        action, _ = self.agent.model.predict(obs, deterministic=True)
+        return int(np.asarray(action).reshape(-1)[0])
+
+
+class AgentUsageLimit(UsageLimitPolicy):
+    """A trained FlowControl-v0 model as a usage-limit (flow-control) policy.
+
+    The environment decides once per control interval (0.1 s by default); this policy
+    recomputes its ceilings at the first dispatch cycle at or after each interval
+    boundary and holds them in between. ``band_arrival_rate`` is the arrivals per band in
+    the last control interval, as in the environment. It reads the gateway's live view,
+    which the simulator binds (``Policy.bind``) and refreshes before every dispatch cycle.
+    """
+
+    name = "agent"
+    description = "a trained FlowControl agent: fc=agent:PATH"
+
+    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+        self.agent = agent or load_agent(path)
+        if self.agent.kind != "flow_control":
+            raise ConfigError(f"agent:{path} is a {self.agent.env_id} model, not a flow-control model")
+        self.path = path
+        self.reset(0, None)
+
+    def reset(self, num_instances: int, rng) -> None:
+        self._builder = None
+        self._next_t = -np.inf
+        self._values = None
+        self._view = None
+
+    def bind(self, view) -> None:
+        self._view = view
+
+    def stationary(self, saturation: float) -> bool:
+        return False  # ceilings change at control-interval boundaries, not only with saturation
+
+    def decide(self, view, band_arrival_rate) -> np.ndarray:
+        """Ceilings per band (band 0 highest) for this view (the env's action -> ceilings)."""
+        b = self._builder
+        if b is None or b.key != (int(view.num_instances), tuple(view.band_priorities)):
+            b = self._builder = ObservationBuilder("flow_control", view, self.agent.obs_exclude)
+        obs = self.agent.normalize(b.build(view, band_arrival_rate=band_arrival_rate))
+        action, _ = self.agent.model.predict(obs, deterministic=True)
+        a = np.clip(np.asarray(action, float).reshape(-1), 0.0, 1.0)
+        return np.minimum.accumulate(a)
+
+    def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
+        view = self._view
+        if view is None:
+            raise ConfigError("agent usage-limit policy: not bound to a simulator's view (Policy.bind)")
+        t = view.now
+        if self._values is None or t >= self._next_t:
+            ci = self.agent.control_interval
+            self._values = self.decide(view, view.arrivals_since(t - ci) / ci)
+            k = np.floor(t / ci + 1e-9)
+            self._next_t = (k + 1) * ci
+        return self._values
+
+
+def agent(path: str = "") -> "AgentRouter | AgentUsageLimit":
+    """``agent:PATH``: a trained model, as the policy of its environment's role."""
+    if not path:
+        raise ConfigError("agent needs a model path: agent:PATH (a llmsched-gym train output directory)")
+    a = load_agent(path)
+    if a.kind == "routing":
+        return AgentRouter(path, a)
+    if a.kind == "flow_control":
+        return AgentUsageLimit(path, a)
+    raise ConfigError(f"agent:{path}: {a.env_id} models are not usable as gateway policies yet")
+
+
+agent.role = "routing"
+agent.description = AgentRouter.description + "; a FlowControl model: fc=agent:PATH"
+register_policy("agent", agent, overwrite=True)

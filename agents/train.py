@@ -1,0 +1,358 @@
+"""Train an RL agent on an llmsched environment (CleanRL-style: one readable file).
+
+    python -m agents.train --env llmsched/Routing-v0 --scenario chatbot --algo maskable-ppo \
+        --timesteps 100000 --seed 1 --out runs/routing-chatbot-s1
+    llmsched-gym train ...            # the same, through the package CLI
+
+What happens, top to bottom (:func:`train`):
+
+1. Hyperparameters come from ``agents/hyperparams/<env>.yaml`` (RL-Zoo style: one
+   entry per algorithm with ``n_envs``, ``policy``, ``policy_kwargs``, ``normalize``,
+   ``env_kwargs`` and the algorithm's own keywords); command-line values override them.
+2. The training environment is the package's *native* vector env
+   (``gymnasium.make_vec``) adapted to SB3 with :func:`llmsched_gym.sb3.to_sb3_vec_env`.
+   A curriculum (several scenarios and/or a load range, ``--scenario chatbot,agent
+   --load 0.3:0.7``) gives every (scenario, load) point its own native vector env; they
+   are concatenated (:class:`ConcatVecEnv`) so one rollout mixes them.
+3. ``VecMonitor`` + ``VecNormalize`` (statistics saved next to the model as
+   ``vecnormalize.pkl``).
+4. Callbacks: ``EvalCallback`` (``MaskableEvalCallback`` for MaskablePPO) on *held-out
+   workload seeds* (``EVAL_SEED_BASE + k``; training draws its workload seeds from a
+   31-bit generator seeded by ``--seed``), writing ``eval/evaluations.npz`` (the learning
+   curve) and ``best/best_model.zip``; ``CheckpointCallback`` (``checkpoints/``);
+   TensorBoard logs in ``tb/``.
+5. Output directory: ``model.zip``, ``vecnormalize.pkl``, ``agent.json`` (environment,
+   scenario, rates, hyperparameters, seed, wall time, the command): everything
+   ``agents.policy`` (``--policies agent:DIR``) needs to act in the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ENV_FILES = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
+             "llmsched/Admission-v0": "admission"}
+ALGOS = ("ppo", "maskable-ppo", "sac")
+HYPERPARAMS_DIR = Path(__file__).resolve().parent / "hyperparams"
+#: first workload seed of the held-out evaluation episodes (EvalCallback)
+EVAL_SEED_BASE = 1_000_000
+
+
+# ====================================================================== hyperparameters
+def load_hyperparams(env_id: str, algo: str, path: "str | os.PathLike | None" = None) -> dict:
+    """The YAML entry for ``algo`` in the environment's hyperparameter file."""
+    import yaml
+
+    from llmsched_gym.errors import ConfigError
+
+    if env_id not in ENV_FILES:
+        raise ConfigError(f"--env {env_id!r} is unknown; choose one of {', '.join(ENV_FILES)}")
+    if algo not in ALGOS:
+        raise ConfigError(f"--algo {algo!r} is unknown; choose one of {', '.join(ALGOS)}")
+    path = Path(path) if path else HYPERPARAMS_DIR / f"{ENV_FILES[env_id]}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"hyperparameter file {path} not found")
+    data = yaml.safe_load(path.read_text()) or {}
+    if algo not in data:
+        raise ConfigError(f"{path}: no entry for algorithm {algo!r} (entries: {', '.join(data)})")
+    return dict(data[algo])
+
+
+# ====================================================================== curriculum
+def parse_rates(text: "str | None") -> list[float]:
+    """``"0.5"`` -> [0.5]; ``"0.3,0.5"`` -> [0.3, 0.5]; ``"0.3:0.7"`` -> 5 points from 0.3 to
+    0.7; ``"0.3:0.7:3"`` -> 3 points."""
+    from llmsched_gym.errors import ConfigError
+
+    if text is None or str(text).strip() == "":
+        return []
+    out: list[float] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            if ":" in part:
+                bits = part.split(":")
+                lo, hi = float(bits[0]), float(bits[1])
+                n = int(bits[2]) if len(bits) > 2 else 5
+                if n < 1 or hi < lo:
+                    raise ValueError
+                out += list(np.linspace(lo, hi, n)) if n > 1 else [lo]
+            else:
+                out.append(float(part))
+        except (ValueError, IndexError):
+            raise ConfigError(f"rate {part!r} is invalid; use a number, a comma list or LO:HI[:N]") from None
+    if any(not v > 0 for v in out):
+        raise ConfigError(f"rates must be > 0, got {text!r}")
+    return [float(v) for v in out]
+
+
+def curriculum(scenarios: list[str], rate_kind: str | None, rates: list[float]) -> list[tuple[str, dict]]:
+    """Every (scenario, {rate_kind: rate}) point of the training mixture."""
+    pts = []
+    for sc in scenarios:
+        for r in (rates or [None]):
+            pts.append((sc, {} if r is None else {rate_kind: r}))
+    return pts
+
+
+# ====================================================================== environments
+def make_venv(env_id: str, points: list[tuple[str, dict]], n_envs: int, env_kwargs: dict, seed: int):
+    """A SB3 VecEnv over native vector envs, ``n_envs`` sub-envs spread over ``points``."""
+    import gymnasium as gym
+
+    import llmsched_gym  # noqa: F401  (registers the environments)
+    from llmsched_gym.sb3 import to_sb3_vec_env
+
+    n_envs = max(n_envs, len(points))
+    counts = [n_envs // len(points) + (1 if k < n_envs % len(points) else 0) for k in range(len(points))]
+    parts = []
+    offset = 0
+    late = {k: env_kwargs[k] for k in ("duration_s", "num_requests", "horizon_s") if k in env_kwargs}
+    early = {k: v for k, v in env_kwargs.items() if k in ("instances", "hardware", "model", "latency_model",
+                                                          "kv_blocks", "scrape_interval_s")}
+    for (scenario, rate), n in zip(points, counts):
+        if rate and late:
+            # As the evaluation harness does: a load refers to the unshortened scenario's
+            # capacity (and a shortened window does not trigger a new capacity measurement).
+            from llmsched_gym.scenarios import make_scenario
+
+            rate = {"qps": make_scenario(scenario, **rate, **early).target_qps()}
+        venv = to_sb3_vec_env(gym.make_vec(env_id, num_envs=n, scenario=scenario, **rate, **env_kwargs))
+        venv.seed(seed + offset)
+        offset += n
+        parts.append(venv)
+    from agents.vec import ConcatVecEnv
+
+    return parts[0] if len(parts) == 1 else ConcatVecEnv(parts)
+
+
+# ====================================================================== training
+def _algo_class(algo: str):
+    if algo == "maskable-ppo":
+        from sb3_contrib import MaskablePPO
+
+        return MaskablePPO
+    if algo == "ppo":
+        from stable_baselines3 import PPO
+
+        return PPO
+    from stable_baselines3 import SAC
+
+    return SAC
+
+
+def _policy_ref(name: str):
+    """A policy name from the YAML: an SB3 alias (``MultiInputPolicy``) or ``module:Class``."""
+    if ":" in name:
+        import importlib
+
+        mod, _, cls = name.partition(":")
+        return getattr(importlib.import_module(mod), cls)
+    return name
+
+
+def _eval_points(points, eval_scenarios, rate_kind, eval_rates):
+    if not eval_scenarios and not eval_rates:
+        return points
+    scs = eval_scenarios or sorted({p[0] for p in points})
+    rates = eval_rates or sorted({v for _, r in points for v in r.values()})
+    return curriculum(scs, rate_kind, rates)
+
+
+def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str = "maskable-ppo",
+          timesteps: int = 100_000, seed: int = 0, out: "str | os.PathLike" = "runs/agent", *,
+          rate_kind: str | None = None, rates=(), eval_scenarios=(), eval_rates=(), instances: int | None = None,
+          duration_s: float | None = None, n_envs: int | None = None, hyperparams: "str | None" = None,
+          overrides: dict | None = None, eval_freq: int | None = None, eval_episodes: int | None = None,
+          checkpoint_freq: int | None = None, progress: bool = True, verbose: int = 0, command: str | None = None,
+          torch_threads: int | None = 1) -> dict:
+    """Train one agent; returns the run's metadata (also written to ``out/agent.json``)."""
+    import torch
+    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
+    from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
+
+    from llmsched_gym.errors import ConfigError
+
+    if torch_threads:
+        torch.set_num_threads(int(torch_threads))
+    if timesteps < 1:
+        raise ConfigError(f"--timesteps={timesteps} is invalid; it must be >= 1")
+    if algo == "maskable-ppo" and env_id != "llmsched/Routing-v0":
+        raise ConfigError("maskable-ppo needs a discrete action space: use it with llmsched/Routing-v0")
+    if algo == "sac" and env_id == "llmsched/Routing-v0":
+        raise ConfigError("sac needs a continuous action space: use ppo or maskable-ppo with llmsched/Routing-v0")
+    hp = load_hyperparams(env_id, algo, hyperparams)
+    hp.update(overrides or {})
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    env_kwargs = dict(hp.pop("env_kwargs", {}) or {})
+    if instances is not None:
+        env_kwargs["instances"] = int(instances)
+    if duration_s is not None:
+        env_kwargs["duration_s"] = float(duration_s)
+    n = int(n_envs or hp.pop("n_envs", 8))
+    hp.pop("n_envs", None)
+    normalize = dict(hp.pop("normalize", {}) or {})
+    policy = _policy_ref(hp.pop("policy", "MultiInputPolicy"))
+    policy_kwargs = hp.pop("policy_kwargs", None) or {}
+    if isinstance(policy_kwargs, str):
+        policy_kwargs = eval(policy_kwargs, {"dict": dict})  # RL-Zoo convention: "dict(net_arch=[64, 64])"
+    e_freq = int(eval_freq or hp.pop("eval_freq", 20_000))
+    e_eps = int(eval_episodes or hp.pop("n_eval_episodes", 4))
+    e_dur = hp.pop("eval_duration_s", None)
+    hp.pop("eval_freq", None)
+    hp.pop("n_eval_episodes", None)
+    c_freq = int(checkpoint_freq or hp.pop("checkpoint_freq", 50_000))
+    hp.pop("checkpoint_freq", None)
+
+    scenarios = list(scenarios)
+    rates = list(rates)
+    if rates and rate_kind is None:
+        raise ConfigError("rates given without a rate kind (qps, load or paper_qps)")
+    points = curriculum(scenarios, rate_kind, rates)
+    epoints = _eval_points(points, list(eval_scenarios), rate_kind, list(eval_rates))
+
+    venv = VecMonitor(make_venv(env_id, points, n, env_kwargs, seed))
+    venv = VecNormalize(venv, gamma=hp.get("gamma", 0.99), **normalize)
+    ekw = dict(env_kwargs)
+    if e_dur is not None:
+        ekw["duration_s"] = float(e_dur)
+    n_eval_envs = max(len(epoints), min(e_eps, 8))
+    from agents.vec import fixed_seed_venv
+
+    eval_venv = VecMonitor(fixed_seed_venv(make_venv(env_id, epoints, n_eval_envs, ekw, seed + 10_000),
+                                            EVAL_SEED_BASE))
+    eval_venv = VecNormalize(eval_venv, training=False, norm_reward=False, gamma=hp.get("gamma", 0.99),
+                             **{k: v for k, v in normalize.items() if k != "norm_reward"})
+
+    Algo = _algo_class(algo)
+    model = Algo(policy, venv, seed=seed, verbose=verbose, tensorboard_log=str(out / "tb"),
+                 policy_kwargs=policy_kwargs, device="cpu", **hp)
+    if algo == "maskable-ppo":
+        from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback as EvalCB
+    else:
+        EvalCB = EvalCallback
+    per_env = max(1, e_freq // n)  # callbacks count calls (one per vector step)
+    eval_cb = EvalCB(eval_venv, n_eval_episodes=max(e_eps, n_eval_envs), eval_freq=per_env,
+                     log_path=str(out / "eval"), best_model_save_path=str(out / "best"), deterministic=True,
+                     verbose=verbose)
+    ckpt = CheckpointCallback(save_freq=max(1, c_freq // n), save_path=str(out / "checkpoints"),
+                              name_prefix="model", save_vecnormalize=True)
+    t0 = time.time()
+    model.learn(total_timesteps=int(timesteps), callback=CallbackList([eval_cb, ckpt]), progress_bar=progress,
+                tb_log_name=f"{algo}_s{seed}")
+    wall = time.time() - t0
+    model.save(out / "model.zip")
+    venv.save(str(out / "vecnormalize.pkl"))
+    if (out / "best" / "best_model.zip").exists():
+        venv.save(str(out / "best" / "vecnormalize.pkl"))
+    meta = {
+        "env_id": env_id, "algo": algo, "seed": seed, "timesteps": int(timesteps), "n_envs": n,
+        "scenarios": scenarios, "rate_kind": rate_kind, "rates": rates,
+        "eval_points": [[s, r] for s, r in epoints], "eval_workload_seeds_from": EVAL_SEED_BASE,
+        "eval_env_kwargs": ekw, "eval_episodes": max(e_eps, n_eval_envs),
+        "env_kwargs": env_kwargs, "normalize": normalize, "hyperparams": {k: v for k, v in hp.items()},
+        "policy": policy if isinstance(policy, str) else f"{policy.__module__}:{policy.__qualname__}",
+        "policy_kwargs": {k: repr(v) for k, v in policy_kwargs.items()},
+        "wall_seconds": round(wall, 1), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "command": command or " ".join(sys.argv),
+        "best_mean_reward": float(eval_cb.best_mean_reward) if np.isfinite(eval_cb.best_mean_reward) else None,
+    }
+    (out / "agent.json").write_text(json.dumps(meta, indent=1, default=str))
+    venv.close()
+    eval_venv.close()
+    return meta
+
+
+# ====================================================================== command line
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", default="llmsched/Routing-v0", choices=list(ENV_FILES), help="environment id")
+    p.add_argument("--scenario", default=None,
+                   help="scenario(s), comma-separated for a training mixture (default: chatbot for Routing, "
+                        "codegen otherwise)")
+    p.add_argument("--algo", default=None, choices=ALGOS,
+                   help="algorithm (default: maskable-ppo for Routing, sac otherwise)")
+    p.add_argument("--timesteps", type=int, default=100_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="output directory (default runs/<env>-<scenario>-<algo>-s<seed>)")
+    rate = p.add_mutually_exclusive_group()
+    rate.add_argument("--qps", help="request rate(s): a number, a comma list or a range LO:HI[:N]")
+    rate.add_argument("--load", help="fraction(s) of measured capacity: 0.5, 0.3,0.5 or 0.3:0.7[:N]")
+    rate.add_argument("--paper-qps", help="published QPS point(s) (codegen, chat, reasoning)")
+    p.add_argument("--eval-scenario", help="held-out evaluation scenario(s) for EvalCallback (default: training's)")
+    p.add_argument("--eval-rates", help="held-out evaluation rate(s), same kind as the training rates")
+    p.add_argument("--instances", type=int, help="cluster size override for training")
+    p.add_argument("--duration", type=float, help="workload arrival window (s) per episode (shorter episodes)")
+    p.add_argument("--n-envs", type=int, help="parallel simulated clusters (default from the YAML)")
+    p.add_argument("--hyperparams", help="YAML file (default agents/hyperparams/<env>.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one hyperparameter, e.g. --set learning_rate=1e-3 (repeatable)")
+    p.add_argument("--eval-freq", type=int, help="evaluate every N environment steps")
+    p.add_argument("--eval-episodes", type=int, help="held-out evaluation episodes")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--verbose", type=int, default=0)
+
+
+def _set_overrides(items: list[str]) -> dict:
+    import yaml
+
+    from llmsched_gym.errors import ConfigError
+
+    out = {}
+    for it in items:
+        k, eq, v = it.partition("=")
+        if not eq or not k:
+            raise ConfigError(f"--set {it!r}: expected KEY=VALUE")
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+def run_from_args(args) -> dict:
+    env_id = args.env
+    algo = args.algo or ("maskable-ppo" if env_id == "llmsched/Routing-v0" else "sac")
+    scen = args.scenario or ("chatbot" if env_id == "llmsched/Routing-v0" else "codegen")
+    scenarios = [s.strip() for s in scen.split(",") if s.strip()]
+    kind, text = next(((k, getattr(args, k)) for k in ("qps", "load", "paper_qps") if getattr(args, k)), (None, None))
+    rates = parse_rates(text)
+    eval_rates = parse_rates(args.eval_rates)
+    if eval_rates and kind is None:
+        from llmsched_gym.errors import ConfigError
+
+        raise ConfigError("--eval-rates needs a training rate kind (--qps, --load or --paper-qps)")
+    out = args.out or f"runs/{ENV_FILES[env_id]}-{'+'.join(scenarios)}-{algo}-s{args.seed}"
+    meta = train(env_id, scenarios, algo, args.timesteps, args.seed, out, rate_kind=kind, rates=rates,
+                 eval_scenarios=[s for s in (args.eval_scenario or "").split(",") if s], eval_rates=eval_rates,
+                 instances=args.instances, duration_s=args.duration, n_envs=args.n_envs,
+                 hyperparams=args.hyperparams, overrides=_set_overrides(args.set), eval_freq=args.eval_freq,
+                 eval_episodes=args.eval_episodes, progress=not args.no_progress, verbose=args.verbose,
+                 command=("llmsched-gym train " + " ".join(sys.argv[2:])) if sys.argv[1:2] == ["train"]
+                 else "python -m agents.train " + " ".join(sys.argv[1:]))
+    print(f"trained {algo} on {env_id} ({', '.join(scenarios)}) in {meta['wall_seconds']:.0f} s -> {out}/model.zip "
+          f"(+ vecnormalize.pkl, agent.json); evaluate with --policies 'agent:{out}'")
+    return meta
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m agents.train", description=__doc__.splitlines()[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    from llmsched_gym.errors import ConfigError
+
+    try:
+        run_from_args(args)
+    except ConfigError as e:
+        print(f"agents.train: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

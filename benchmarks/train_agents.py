@@ -1,0 +1,319 @@
+"""Train agents over several seeds and evaluate them against the baselines (docs/agents.md).
+
+    python benchmarks/train_agents.py routing  [--seeds 1,2,3,4,5] [--timesteps 30000] [--eval-seeds 100,101,102]
+    python benchmarks/train_agents.py flow_control [...]
+    python benchmarks/train_agents.py report           # tables + figures from saved results
+    python benchmarks/train_agents.py routing --no-train --ship 1   # + copy seed 1 to agents/pretrained/
+
+Methodology (Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice"):
+
+* every training seed is a separate run (``llmsched-gym train --seed S``); a run's
+  score on a (scenario, load) point is its metric averaged over the *evaluation*
+  workload seeds (``--eval-seeds``, disjoint from the EvalCallback's held-out seeds
+  >= 1,000,000 and from training's 31-bit draws);
+* aggregate = interquartile mean (IQM) over the runs x evaluation seeds, with a
+  95% stratified bootstrap interval (resampling evaluation seeds within each run, and
+  runs, 2,000 resamples);
+* probability of improvement P(agent < baseline) (lower latency is better): the
+  Mann-Whitney statistic over (run, seed) pairs on the same evaluation seed, with its
+  bootstrap interval;
+* baselines are deterministic given the seed, so their interval is over evaluation
+  seeds only.
+
+Training is skipped for runs whose ``agent.json`` exists. Results:
+``results/agents/<study>.json``; figures in ``docs/figures/agents-*.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "results" / "agents"
+FIG = ROOT / "docs" / "figures"
+
+STUDIES = {
+    "routing": dict(
+        env="llmsched/Routing-v0", algo="maskable-ppo", train_scenario="chatbot", rate_flag="--load", rate="0.5",
+        timesteps=60000, eval_scenarios=["chatbot", "agent", "coder"], eval_rate_kind="load", eval_rates=[0.5],
+        baselines=["jsq", "lmetric"], role="router", duration_s=60.0,
+        metrics=["ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99"], cls="all", prefix="routing-chatbot"),
+    "flow_control": dict(
+        env="llmsched/FlowControl-v0", algo="ppo", train_scenario="codegen", rate_flag="--paper-qps", rate="16",
+        timesteps=100000, eval_scenarios=["codegen"], eval_rate_kind="paper_qps", eval_rates=[16.0],
+        baselines=["static-usage-limit", "soft-reflective-ceiling"], role="fc", duration_s=None,
+        metrics=["ttft_p99", "ttft_mean", "tpot_mean", "tpot_p99"], cls="critical", prefix="fc-codegen"),
+}
+
+
+# ====================================================================== statistics
+def iqm(x) -> float:
+    x = np.sort(np.asarray(x, float).ravel())
+    n = len(x)
+    if n == 0:
+        return float("nan")
+    lo, hi = int(np.floor(0.25 * n)), int(np.ceil(0.75 * n))
+    return float(x[lo:hi].mean()) if hi > lo else float(x.mean())
+
+
+def stratified_bootstrap(scores: np.ndarray, stat=iqm, reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """``scores``: (runs, eval seeds). Resample runs, and seeds within each run."""
+    rng = np.random.default_rng(seed)
+    s = np.asarray(scores, float)
+    R, S = s.shape
+    vals = np.empty(reps)
+    for b in range(reps):
+        rows = rng.integers(R, size=R)
+        cols = rng.integers(S, size=(R, S))
+        vals[b] = stat(s[rows[:, None], cols])
+    lo, hi = np.percentile(vals, [2.5, 97.5])
+    return stat(s), float(lo), float(hi)
+
+
+def prob_improvement(agent: np.ndarray, base: np.ndarray, reps: int = 2000, seed: int = 0):
+    """P(agent metric < baseline metric) on the same evaluation seed (ties count 1/2).
+
+    ``agent``: (runs, seeds); ``base``: (seeds,). Bootstrap over runs and seeds."""
+    rng = np.random.default_rng(seed)
+    a = np.asarray(agent, float)
+    b = np.asarray(base, float)
+
+    def p(a_, b_):
+        return float(np.mean((a_ < b_[None, :]) + 0.5 * (a_ == b_[None, :])))
+
+    R, S = a.shape
+    vals = np.empty(reps)
+    for k in range(reps):
+        rows = rng.integers(R, size=R)
+        cols = rng.integers(S, size=S)
+        vals[k] = p(a[rows][:, cols], b[cols])
+    lo, hi = np.percentile(vals, [2.5, 97.5])
+    return p(a, b), float(lo), float(hi)
+
+
+# ====================================================================== training
+def train_runs(cfg: dict, seeds: list[int], timesteps: int, root: Path) -> dict:
+    walls = {}
+    for s in seeds:
+        out = root / f"{cfg['prefix']}-s{s}"
+        if (out / "agent.json").exists():
+            walls[s] = json.loads((out / "agent.json").read_text())["wall_seconds"]
+            continue
+        cmd = ["llmsched-gym", "train", "--env", cfg["env"], "--scenario", cfg["train_scenario"], "--algo", cfg["algo"],
+               cfg["rate_flag"], cfg["rate"], "--timesteps", str(timesteps), "--seed", str(s), "--out", str(out),
+               "--no-progress"]
+        print(" ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        walls[s] = json.loads((out / "agent.json").read_text())["wall_seconds"]
+    return walls
+
+
+# ====================================================================== evaluation
+def evaluate_study(name: str, cfg: dict, seeds: list[int], eval_seeds: list[int], root: Path, workers: int) -> dict:
+    from llmsched_gym.evaluation import evaluate
+
+    role = cfg["role"]
+    pols = list(cfg["baselines"])
+    for s in seeds:
+        path = root / f"{cfg['prefix']}-s{s}"
+        pols.append(f"{role}=agent:{path}+label=agent-s{s}")
+    ov = {"duration_s": cfg["duration_s"]} if cfg["duration_s"] else None
+    t0 = time.time()
+    table = evaluate(cfg["eval_scenarios"], pols, eval_seeds, **{cfg["eval_rate_kind"]: cfg["eval_rates"]},
+                     overrides=ov, workers=workers, progress=False)
+    wall = time.time() - t0
+    rows = [r for r in table.rows if r["class"] in (cfg["cls"], "all")]
+    res = {"study": name, "config": cfg, "train_seeds": seeds, "eval_seeds": eval_seeds, "eval_wall_seconds": wall,
+           "rows": rows}
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{name}.json").write_text(json.dumps(res, indent=1, default=float))
+    return res
+
+
+def _matrix(rows, scenario, policy, metric, cls, eval_seeds):
+    d = {r["seed"]: r[metric] for r in rows if r["scenario"] == scenario and r["policy"] == policy and r["class"] == cls}
+    return np.array([d.get(s, np.nan) for s in eval_seeds], float)
+
+
+def report(name: str, res: dict) -> str:
+    cfg = res["config"]
+    rows, seeds, es = res["rows"], res["train_seeds"], res["eval_seeds"]
+    lines = []
+    for cls, sc in [(c, s) for s in cfg["eval_scenarios"] for c in dict.fromkeys([cfg["cls"], "all"])]:
+        lines.append(f"\n**{sc}** ({cfg['eval_rate_kind']}={cfg['eval_rates'][0]:g}, class `{cls}`; IQM over "
+                     f"{len(seeds)} training seeds x {len(es)} evaluation seeds, [95% stratified bootstrap CI]; "
+                     "baselines: IQM over evaluation seeds)\n")
+        hdr = "| policy | " + " | ".join(m for m in cfg["metrics"]) + " |"
+        lines += [hdr, "|" + "---|" * (len(cfg["metrics"]) + 1)]
+        agent = {m: np.stack([_matrix(rows, sc, f"agent-s{s}", m, cls, es) for s in seeds]) for m in cfg["metrics"]}
+        for b in cfg["baselines"]:
+            cells = []
+            for m in cfg["metrics"]:
+                v, lo, hi = stratified_bootstrap(_matrix(rows, sc, b, m, cls, es)[None, :])
+                cells.append(f"{v * 1e3:.1f} [{lo * 1e3:.1f}, {hi * 1e3:.1f}]")
+            lines.append(f"| {b} | " + " | ".join(cells) + " |")
+        cells = []
+        for m in cfg["metrics"]:
+            v, lo, hi = stratified_bootstrap(agent[m])
+            cells.append(f"**{v * 1e3:.1f}** [{lo * 1e3:.1f}, {hi * 1e3:.1f}]")
+        lines.append("| agent | " + " | ".join(cells) + " |")
+        lines.append("")
+        for b in cfg["baselines"]:
+            pi = [prob_improvement(agent[m], _matrix(rows, sc, b, m, cls, es)) for m in cfg["metrics"]]
+            lines.append(f"P(agent better than {b}): " + ", ".join(
+                f"{m} {p:.2f} [{lo:.2f}, {hi:.2f}]" for m, (p, lo, hi) in zip(cfg["metrics"], pi)) + "  ")
+    return "\n".join(lines) + "  (times in ms)\n"
+
+
+def baseline_returns(cfg: dict, run: Path, episodes: int) -> dict:
+    """Return of each baseline on the EvalCallback's held-out episodes (same env, seeds)."""
+    import gymnasium as gym
+
+    import llmsched_gym  # noqa: F401
+    from agents.train import EVAL_SEED_BASE, load_hyperparams
+    from llmsched_gym.envs import BaselineAgent, run_episode
+    from llmsched_gym.scenarios import make_scenario
+
+    meta = json.loads((run / "agent.json").read_text())
+    kw = dict(meta["env_kwargs"])
+    if "priority_weights" in kw:  # JSON keys are strings
+        kw["priority_weights"] = {int(k): float(v) for k, v in kw["priority_weights"].items()}
+    kw["duration_s"] = load_hyperparams(meta["env_id"], meta["algo"]).get("eval_duration_s", kw.get("duration_s"))
+    early = {k: v for k, v in kw.items() if k == "instances"}
+    rate = {meta["rate_kind"]: meta["rates"][0]} if meta["rates"] else {}
+    qps = make_scenario(meta["scenarios"][0], **rate, **early).target_qps()
+    out = {}
+    for b in cfg["baselines"]:
+        rets = []
+        for i in range(episodes):
+            env = gym.make(meta["env_id"], scenario=meta["scenarios"][0], qps=qps, **kw)
+            rets.append(run_episode(env, BaselineAgent(b, env), seed=0,
+                                    options={"workload_seed": EVAL_SEED_BASE + i})[0])
+        out[b] = float(np.mean(rets))
+    return out
+
+
+def learning_curves(name: str, cfg: dict, seeds: list[int], root: Path) -> Path | None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    curves = []
+    for s in seeds:
+        f = root / f"{cfg['prefix']}-s{s}" / "eval" / "evaluations.npz"
+        if not f.exists():
+            continue
+        d = np.load(f)
+        r = d["results"].mean(axis=1)
+        ax.plot(d["timesteps"], r, color="C0", alpha=0.35, lw=1)
+        curves.append((d["timesteps"], r))
+    if not curves:
+        return None
+    n = min(len(c[0]) for c in curves)
+    R = np.stack([c[1][:n] for c in curves])
+    ax.plot(curves[0][0][:n], [iqm(R[:, k]) for k in range(n)], color="C0", lw=2, label="agent (IQM over seeds)")
+    for k, (b, ret) in enumerate(baseline_returns(cfg, root / f"{cfg['prefix']}-s{seeds[0]}", d["results"].shape[1]).items()):
+        ax.axhline(ret, color=f"C{k + 1}", ls="--", lw=1, label=b)
+    lo, hi = float(np.min(R)), float(np.max(R))
+    if hi < 0 and lo / hi > 20:  # a collapsed run: log scale keeps the others readable
+        ax.set_yscale("symlog", linthresh=100)
+        ax.set_ylim(top=hi / 2)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("held-out episode return")
+    ax.set_title(f"{cfg['env']} on {cfg['train_scenario']}")
+    ax.legend()
+    fig.tight_layout()
+    FIG.mkdir(parents=True, exist_ok=True)
+    path = FIG / f"agents-{name}-learning.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
+    """Copy training seed ``seed`` of a study into ``agents/pretrained/<prefix>/`` with
+    its reproduction record (command, training time, evaluation and interval)."""
+    import shutil
+
+    cfg = STUDIES[name]
+    res = json.loads((OUT / f"{name}.json").read_text())
+    src = root / f"{cfg['prefix']}-s{seed}"
+    dst = ROOT / "agents" / "pretrained" / cfg["prefix"]
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in ("model.zip", "vecnormalize.pkl", "agent.json"):
+        shutil.copy(src / f, dst / f)
+    meta = json.loads((src / "agent.json").read_text())
+    sc = cfg["eval_scenarios"][0]
+    metric = cfg["metrics"][0]
+    per_run = {s: float(np.mean(_matrix(res["rows"], sc, f"agent-s{s}", metric, cfg["cls"], res["eval_seeds"])))
+               for s in res["train_seeds"]}
+    rec = {
+        "command": re.sub(r"--out \S+", "--out OUT", meta["command"]),
+        "note": "training is deterministic for a given seed on one machine (single torch thread), so the "
+                "command reproduces shipped_score exactly here; elsewhere the run-to-run interval applies",
+        "training_wall_seconds": meta["wall_seconds"],
+        "machine": f"{meta['cpu_count']} CPU cores (shared), torch threads {meta['torch_threads']}",
+        "evaluation": {
+            "scenario": sc, "rate_kind": cfg["eval_rate_kind"], "rate": cfg["eval_rates"][0],
+            "overrides": {"duration_s": cfg["duration_s"]} if cfg["duration_s"] else None,
+            "seeds": res["eval_seeds"], "metric": metric, "class": cfg["cls"],
+            "policy_template": f"{cfg['role']}=agent:PATH+label=agent",
+            "shipped_score": per_run[seed],
+            "per_training_seed_scores": per_run,
+            "interval": [min(per_run.values()), max(per_run.values())],
+            "interval_meaning": "range of the score (mean over the evaluation seeds) over the training seeds "
+                                f"{res['train_seeds']} of the documented command",
+        },
+    }
+    (dst / "REPRODUCE.json").write_text(json.dumps(rec, indent=1))
+    return dst
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("study", choices=list(STUDIES) + ["report"])
+    p.add_argument("--seeds", default="1,2,3,4,5")
+    p.add_argument("--timesteps", type=int)
+    p.add_argument("--eval-seeds", default="100,101,102")
+    p.add_argument("--runs", default=str(OUT), help="directory of the training runs")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--no-train", action="store_true")
+    p.add_argument("--ship", type=int, metavar="SEED", help="copy this training seed to agents/pretrained/")
+    a = p.parse_args(argv)
+    seeds = [int(s) for s in a.seeds.split(",")]
+    es = [int(s) for s in a.eval_seeds.split(",")]
+    root = Path(a.runs)
+    names = list(STUDIES) if a.study == "report" else [a.study]
+    for name in names:
+        cfg = STUDIES[name]
+        if a.study != "report":
+            if not a.no_train:
+                walls = train_runs(cfg, seeds, a.timesteps or cfg["timesteps"], root)
+                print(f"{name}: training wall seconds per seed {walls}")
+            res = evaluate_study(name, cfg, seeds, es, root, a.workers)
+            print(f"{name}: evaluation {res['eval_wall_seconds']:.0f} s")
+        f = OUT / f"{name}.json"
+        if not f.exists():
+            continue
+        res = json.loads(f.read_text())
+        print(report(name, res))
+        lc = learning_curves(name, res["config"], res["train_seeds"], root)
+        if lc:
+            print(f"learning curves: {lc}")
+        if a.ship is not None:
+            print(f"shipped: {ship(name, a.ship, root, es)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

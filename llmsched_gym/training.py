@@ -1,0 +1,67 @@
+"""``llmsched-gym train``: train an RL agent (stable-baselines3 / sb3-contrib).
+
+The training code lives in :mod:`agents.train` (a readable, CleanRL-style script;
+``python -m agents.train`` takes the same arguments); hyperparameters in
+``agents/hyperparams/<env>.yaml``. A trained model is a policy like any baseline:
+``llmsched-gym compare --policies 'jsq;lmetric;agent:OUT'`` (FlowControl models:
+``fc=agent:OUT``).
+"""
+
+from __future__ import annotations
+
+_TRAIN_HELP = """\
+Train an agent on a native vector environment through the SB3 adapter, with
+VecNormalize (statistics saved next to the model), EvalCallback on held-out workload
+seeds, TensorBoard logs (OUT/tb) and checkpoints (OUT/checkpoints).
+
+Examples:
+  llmsched-gym train --env llmsched/Routing-v0 --scenario chatbot --algo maskable-ppo \\
+      --load 0.5 --timesteps 100000 --seed 1 --out runs/routing-chatbot
+  llmsched-gym train --env llmsched/FlowControl-v0 --scenario codegen --algo sac \\
+      --paper-qps 16 --timesteps 30000 --out runs/fc-codegen
+  # curriculum / generalization: a mixture of scenarios and a load range,
+  # evaluated (EvalCallback) on a held-out scenario and loads
+  llmsched-gym train --scenario chatbot,agent --load 0.3:0.7:3 \\
+      --eval-scenario coder --eval-rates 0.5,0.8 --timesteps 200000 --out runs/mix
+
+Output: OUT/model.zip, OUT/vecnormalize.pkl, OUT/agent.json, OUT/best/, OUT/eval/
+evaluations.npz (learning curve). Evaluate: llmsched-gym compare --policies 'jsq;agent:OUT'.
+"""
+
+
+def add_cli(subparsers) -> None:
+    """Register ``llmsched-gym train``."""
+    import argparse
+
+    p = subparsers.add_parser("train", help="train an RL agent (stable-baselines3) on an llmsched environment",
+                              description=_TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    try:
+        from agents.train import add_arguments
+    except ImportError:  # agents/ is not importable (installed without the repository)
+        p.set_defaults(func=_missing)
+        return
+    add_arguments(p)
+    p.set_defaults(func=cmd_train)
+
+
+def _missing(args) -> int:
+    import sys
+
+    print("llmsched-gym train: the agents package is not importable; run from the repository root "
+          "with pip install -e '.[rl]'", file=sys.stderr)
+    return 2
+
+
+def cmd_train(args) -> int:
+    try:
+        import sb3_contrib  # noqa: F401
+        import stable_baselines3  # noqa: F401
+    except ImportError:
+        import sys
+
+        print("llmsched-gym train: needs stable-baselines3 and sb3-contrib: pip install -e '.[rl]'", file=sys.stderr)
+        return 2
+    from agents.train import run_from_args
+
+    run_from_args(args)
+    return 0
