@@ -266,5 +266,6 @@ def agent(path: str = "") -> "AgentRouter | AgentUsageLimit":
 
 
 agent.role = "routing"
+agent.role_for = lambda path: "usage-limit" if load_agent(path).kind == "flow_control" else "routing"
 agent.description = AgentRouter.description + "; a FlowControl model: fc=agent:PATH"
 register_policy("agent", agent, overwrite=True)

@@ -91,7 +91,11 @@ def _role_of_name(name: str) -> str:
     if base not in registry:
         known = "; ".join(f"{r}: {', '.join(list_policies(r))}" for r in ("routing", "usage-limit", "admission"))
         raise ConfigError(f"unknown policy {base!r}; known policies - {known}")
-    return _REGISTRY_ROLE[registry[base].role]
+    factory = registry[base]
+    # A factory may decide its role from its argument (agent:PATH loads a model of either role).
+    role_for = getattr(factory, "role_for", None)
+    role = role_for(name.partition(":")[2]) if role_for and ":" in name else factory.role
+    return _REGISTRY_ROLE[role]
 
 
 def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
@@ -578,6 +582,8 @@ def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) 
         t.add_column(label + unit, justify="right")
     t.add_column("rej+exp", justify="right")
     classes = [c for c in st.classes if c in table.unique("class")] or table.unique("class")
+    if len([c for c in table.unique("class") if c != "all"]) == 1 and len(classes) > 1:
+        classes = [c for c in classes if c != "all"]  # one class: its rows are the "all" rows
     for point in table.unique("point"):
         for cls in classes:
             for pol in table.unique("policy"):
