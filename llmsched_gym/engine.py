@@ -87,10 +87,8 @@ class Instance:
         self._take = self.state[0]  # tokens each running request computes this iteration
         self._prefill = np.zeros(0, bool)
         self._seg_ends: np.ndarray | None = None  # iteration end times of a decode segment
-        self._seg_start = 0.0
         self._seg_used0 = 0
         self.iterations = 0
-        self.busy_time = 0.0
 
     @property
     def num_running(self) -> int:
@@ -189,7 +187,6 @@ class Instance:
         self._seg_ends = None
         self.next_t = t + step_us * 1e-6
         self.iterations += 1
-        self.busy_time += step_us * 1e-6
 
     def _admit_waiting(self, budget: int, take: np.ndarray, decode: np.ndarray) -> None:
         """Move waiting requests into the batch, in queue order, while they fit."""
@@ -275,7 +272,6 @@ class Instance:
         steps = self.latency.decode_run_us(self.state.shape[1], int(self.state[3].sum()), k)
         # Accumulate from t one step at a time, exactly as single iterations would.
         self._seg_ends = np.add.accumulate(np.concatenate(([t], steps * 1e-6)))[1:]
-        self._seg_start = t
         self._seg_used0 = self.cache.used
         self.next_t = float(self._seg_ends[-1])
 
@@ -286,7 +282,6 @@ class Instance:
         if self._seg_ends is not None:
             m = len(self._seg_ends)
             self.iterations += m
-            self.busy_time += t - self._seg_start
             self._seg_ends = None
             self.cache.allocate(self._blocks_after(m))
             S = self.state

@@ -51,6 +51,11 @@ class KVCache:
                 idle += b
         return n, idle
 
+    def cached_tokens(self, keys: list[int], blocks: list[int], ends: list[int]) -> int:
+        """Prompt tokens of a request (its units: keys, blocks, token ends) cached here."""
+        n = self.match(keys, blocks)[0] if keys else 0
+        return ends[n - 1] if n else 0
+
     def acquire(self, keys: list[int]) -> None:
         """Reference cached units (a prefix hit): no compute, no new blocks."""
         for k in keys:

@@ -32,9 +32,11 @@ def request_records(table: RequestTable) -> dict[str, np.ndarray]:
 
 
 def summarize_class(table: RequestTable, mask: np.ndarray, duration: float,
-                    slo_ttft: float | None = None, slo_tpot: float | None = None) -> dict:
-    """Metrics of the requests selected by ``mask`` (see :func:`summarize`)."""
-    rec = request_records(table)
+                    slo_ttft: float | None = None, slo_tpot: float | None = None,
+                    rec: dict[str, np.ndarray] | None = None) -> dict:
+    """Metrics of the requests selected by ``mask`` (see :func:`summarize`); ``rec`` is
+    :func:`request_records` of ``table`` if already computed."""
+    rec = request_records(table) if rec is None else rec
     fin = mask & (table.outcome == FINISHED)
     has_first = mask & ~np.isnan(table.first_token_t)
     out = {"requests": int(mask.sum())}
@@ -69,11 +71,12 @@ def summarize(sim) -> dict:
     w = sim.workload
     arrived = np.arange(table.n) < sim._arrival_ptr
     duration = max(sim.now - (w.arrival_s[0] if len(w) else 0.0), 0.0)
+    rec = request_records(table)
     classes = {}
     for p in sorted(np.unique(table.priority).tolist(), reverse=True):
         mask = arrived & (table.priority == p)
-        classes[class_name(p)] = summarize_class(table, mask, duration, w.slo_ttft_s.get(p), w.slo_tpot_s.get(p))
-    classes["all"] = summarize_class(table, arrived, duration)
+        classes[class_name(p)] = summarize_class(table, mask, duration, w.slo_ttft_s.get(p), w.slo_tpot_s.get(p), rec)
+    classes["all"] = summarize_class(table, arrived, duration, rec=rec)
     outcomes = {k: int(v) for k, v in classes["all"].items() if k in OUTCOME_NAMES.values()}
     outcomes["arrivals"] = int(arrived.sum())
     return {

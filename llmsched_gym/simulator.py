@@ -249,13 +249,10 @@ class Simulator:
 
     def prefix_hit_tokens(self, request: RequestInfo) -> np.ndarray:
         """Precise prefix hit of ``request`` on every instance (cached prompt tokens)."""
-        keys, blocks, ends = self.table.units_of(request.id)
-        out = np.zeros(len(self.instances), np.int64)
-        if keys:
-            for i, inst in enumerate(self.instances):
-                n = inst.cache.match(keys, blocks)[0]
-                out[i] = ends[n - 1] if n else 0
-        return out
+        units = self.table.units_of(request.id)
+        if not units[0]:
+            return np.zeros(len(self.instances), np.int64)
+        return np.array([inst.cache.cached_tokens(*units) for inst in self.instances], np.int64)
 
     def arrivals_since(self, t: float) -> np.ndarray:
         """Arrivals at the gateway per band (band 0 highest) after time ``t`` until now."""
@@ -401,10 +398,7 @@ class Simulator:
             self._active -= 1
             self._final(r, t, DROPPED)
             return
-        keys, blocks, ends = table.units_of(r)
-        n_hit = inst.cache.match(keys, blocks)[0] if keys else 0
-        hit = ends[n_hit - 1] if n_hit else 0
-        est = int(table.input[r] - hit)
+        est = int(table.input[r] - inst.cache.cached_tokens(*table.units_of(r)))
         self.prefill_estimate[r] = est
         self.queued_prefill[i] += est
         self.in_flight[i] += 1
