@@ -88,6 +88,9 @@ class LoadedAgent:
 
 def load_agent(path: "str | Path") -> LoadedAgent:
     """Load (and cache per process) the agent saved at ``path``."""
+    from llmsched_gym.validation import require_extra
+
+    require_extra(f"agent:{path}")  # torch and stable-baselines3: the [rl] extra
     p = Path(path).resolve()
     f = p / "model.zip" if p.is_dir() else p
     key = (str(p), f.stat().st_mtime if f.exists() else None)

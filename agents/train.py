@@ -65,6 +65,44 @@ def load_hyperparams(env_id: str, algo: str, path: "str | os.PathLike | None" = 
     return dict(data[algo])
 
 
+#: Keys of a hyperparameter entry that the training script reads itself (the rest go to
+#: the algorithm's constructor).
+SCRIPT_KEYS = ("policy", "policy_kwargs", "n_envs", "normalize", "env_kwargs", "eval_freq", "n_eval_episodes",
+               "eval_duration_s", "checkpoint_freq")
+#: Constructor keywords the script sets itself (not hyperparameters).
+FIXED_KEYS = ("policy", "env", "seed", "verbose", "tensorboard_log", "device", "_init_setup_model")
+
+
+def check_hyperparams(algo: str, hp: dict, overrides: dict | None = None) -> None:
+    """Every hyperparameter name against the algorithm's constructor (and the script's own
+    keys), and its value against the keyword's annotation, before anything is built."""
+    from llmsched_gym.errors import ConfigError
+    from llmsched_gym.validation import describe_type, signature_params, type_ok
+
+    params = {name: tp for name, tp, _ in signature_params(_algo_class(algo)) if name not in FIXED_KEYS}
+    allowed = sorted(set(params) | set(SCRIPT_KEYS))
+    overrides = overrides or {}
+    for k, v in hp.items():
+        where = f"--set {k}={overrides[k]!r}" if k in overrides else f"hyperparameter {k}={v!r}"
+        if k not in allowed:
+            raise ConfigError(f"{where}: {k!r} is not a {algo} hyperparameter; allowed: {', '.join(allowed)}")
+        if k in params and k not in SCRIPT_KEYS and not type_ok(v, params[k])[0]:
+            raise ConfigError(f"{where} is invalid; it must be {describe_type(params[k])}")
+
+
+def rounded_timesteps(algo: str, timesteps: int, n_envs: int, hp: dict) -> tuple[int, str]:
+    """The steps ``learn`` will really take (whole PPO rollouts of ``n_steps x n_envs``,
+    whole SAC vector steps), and a note when that is more than asked."""
+    if algo in ("ppo", "maskable-ppo"):
+        unit = int(hp.get("n_steps", 2048)) * n_envs
+        what = f"rollouts of {unit:,} steps (n_steps {int(hp.get('n_steps', 2048))} x {n_envs} envs)"
+    else:
+        unit, what = n_envs, f"vector steps of {n_envs} envs"
+    total = -(-int(timesteps) // unit) * unit
+    note = f"--timesteps {timesteps:,} rounded up to {total:,}: whole {what}" if total != timesteps else ""
+    return total, note
+
+
 # ====================================================================== curriculum
 def parse_rates(text: "str | None") -> list[float]:
     """``"0.5"`` -> [0.5]; ``"0.3,0.5"`` -> [0.3, 0.5]; ``"0.3:0.7"`` -> 5 points from 0.3 to
@@ -190,8 +228,10 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
         raise ConfigError("sac needs a continuous action space: use ppo or maskable-ppo with llmsched/Routing-v0")
     hp = load_hyperparams(env_id, algo, hyperparams)
     hp.update(overrides or {})
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_hyperparams(algo, hp, overrides)
+    from llmsched_gym.validation import check_output_dir
+
+    out = check_output_dir("out", out)  # before training: a bad path must not cost the run
 
     env_kwargs = dict(hp.pop("env_kwargs", {}) or {})
     if instances is not None:
@@ -232,6 +272,7 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
                                             EVAL_SEED_BASE))
     eval_venv = VecNormalize(eval_venv, training=False, norm_reward=False, gamma=hp.get("gamma", 0.99),
                              **{k: v for k, v in normalize.items() if k != "norm_reward"})
+    out.mkdir(parents=True, exist_ok=True)  # only now: a bad scenario or rate leaves nothing behind
 
     Algo = _algo_class(algo)
     model = Algo(policy, venv, seed=seed, verbose=verbose, tensorboard_log=str(out / "tb"),
@@ -246,8 +287,12 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
                      verbose=verbose)
     ckpt = CheckpointCallback(save_freq=max(1, c_freq // n), save_path=str(out / "checkpoints"),
                               name_prefix="model", save_vecnormalize=True)
+    # learn() runs whole rollouts: ask for what it will run, so the progress bar's total is right.
+    steps, note = rounded_timesteps(algo, int(timesteps), n, hp)
+    if note and verbose >= 0:
+        print(note)
     t0 = time.time()
-    model.learn(total_timesteps=int(timesteps), callback=CallbackList([eval_cb, ckpt]), progress_bar=progress,
+    model.learn(total_timesteps=steps, callback=CallbackList([eval_cb, ckpt]), progress_bar=progress,
                 tb_log_name=f"{algo}_s{seed}")
     wall = time.time() - t0
     model.save(out / "model.zip")
@@ -255,7 +300,8 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     if (out / "best" / "best_model.zip").exists():
         venv.save(str(out / "best" / "vecnormalize.pkl"))
     meta = {
-        "env_id": env_id, "algo": algo, "seed": seed, "timesteps": int(timesteps), "n_envs": n,
+        "env_id": env_id, "algo": algo, "seed": seed, "timesteps": steps, "timesteps_requested": int(timesteps),
+        "n_envs": n,
         "scenarios": scenarios, "rate_kind": rate_kind, "rates": rates,
         "eval_points": [[s, r] for s, r in epoints], "eval_workload_seeds_from": EVAL_SEED_BASE,
         "eval_env_kwargs": ekw, "eval_episodes": max(e_eps, n_eval_envs),
@@ -309,13 +355,44 @@ def _set_overrides(items: list[str]) -> dict:
     out = {}
     for it in items:
         k, eq, v = it.partition("=")
-        if not eq or not k:
+        if not eq or not k.strip():
             raise ConfigError(f"--set {it!r}: expected KEY=VALUE")
-        out[k.strip()] = yaml.safe_load(v)
+        try:
+            value = yaml.safe_load(v)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {it!r}: the value is not valid YAML") from None
+        if isinstance(value, str):  # YAML reads 1e-3 as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        out[k.strip()] = value
     return out
 
 
+#: Numeric flags of ``train`` and what they allow.
+TRAIN_FLAGS = {"--timesteps": {"integer": True, "ge": 1}, "--seed": {"integer": True, "ge": 0},
+               "--instances": {"integer": True, "ge": 1}, "--duration": {"gt": 0}, "--n-envs": {"integer": True, "ge": 1},
+               "--eval-freq": {"integer": True, "ge": 1}, "--eval-episodes": {"integer": True, "ge": 1},
+               "--verbose": {"integer": True, "ge": 0}}
+
+
+def check_args(args) -> None:
+    """The flags' values (one clear error before anything is built)."""
+    from llmsched_gym.validation import check_name, check_number, check_output_dir
+
+    for flag, rule in TRAIN_FLAGS.items():
+        v = getattr(args, flag[2:].replace("-", "_"), None)
+        if v is not None:
+            check_number(flag, v, **rule)
+    for flag in ("--scenario", "--eval-scenario", "--hyperparams", "--qps", "--load", "--paper-qps", "--eval-rates"):
+        check_name(flag, getattr(args, flag[2:].replace("-", "_"), None), none_ok=True, what="a value")
+    if args.out is not None:
+        check_output_dir("--out", args.out)
+
+
 def run_from_args(args) -> dict:
+    check_args(args)
     env_id = args.env
     algo = args.algo or ("maskable-ppo" if env_id == "llmsched/Routing-v0" else "sac")
     scen = args.scenario or ("chatbot" if env_id == "llmsched/Routing-v0" else "codegen")
@@ -341,7 +418,9 @@ def run_from_args(args) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m agents.train", description=__doc__.splitlines()[0])
+    from llmsched_gym.cli import _Parser  # one-line argparse errors, as the package CLI
+
+    p = _Parser(prog="python -m agents.train", description=__doc__.splitlines()[0])
     add_arguments(p)
     args = p.parse_args(argv)
     from llmsched_gym.errors import ConfigError
@@ -349,7 +428,7 @@ def main(argv=None) -> int:
     try:
         run_from_args(args)
     except ConfigError as e:
-        print(f"agents.train: error: {e}", file=sys.stderr)
+        print(f"agents.train: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     return 0
 

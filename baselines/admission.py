@@ -6,8 +6,10 @@ admitted by every policy here.
 
 from __future__ import annotations
 
+from llmsched_gym.engine import layout
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.policy import AdmissionPolicy, register_policy
+from llmsched_gym.saturation import utilization_scores
 from llmsched_gym.view import RequestInfo, RouterView
 
 
@@ -21,6 +23,9 @@ class AlwaysAdmit(AdmissionPolicy):
     def admit(self, request: RequestInfo, view: RouterView) -> bool:
         return True
 
+    def compiled_form(self):
+        return layout.ADMIT_ALWAYS, ()
+
 
 @register_policy("legacy")
 class LegacyAdmission(AdmissionPolicy):
@@ -32,37 +37,66 @@ class LegacyAdmission(AdmissionPolicy):
     def admit(self, request: RequestInfo, view: RouterView) -> bool:
         return request.priority >= 0 or view.saturation < 1.0
 
+    def compiled_form(self):
+        return layout.ADMIT_LEGACY, ()
+
 
 @register_policy("probabilistic")
 class ProbabilisticAdmission(AdmissionPolicy):
-    """llm-d sim2real part 1: reject a sheddable request with probability
-    ``min(coefficient * s**exponent, 1)`` at saturation ``s``.
+    """llm-d's ``probabilistic-admitter`` (sim2real part 1): reject a sheddable request
+    with probability ``min(k * s**power, 1)``.
 
-    Args:
-        coefficient: scale of the rejection curve (300: p(0.2) = 9.6%).
-        exponent: steepness (5: full shedding from s = 300**(-1/5) ~ 0.32).
+    ``s`` is the admitter's own roofline saturation, computed from the scraped metrics
+    with its own thresholds, as the plugin does:
+    ``mean_i max(waiting_i / queueDepthThreshold, kv_util_i / kvCacheUtilThreshold)``
+    (no staleness rule; an empty pool admits). With the default thresholds it equals
+    the gateway's default utilization detector.
+
+    Args (llm-d-router's names and defaults):
+        power: steepness (5: full shedding from s = 300**(-1/5) ~ 0.32); > 0.
+        k: scale of the rejection curve (300: p(0.2) = 9.6%); > 0.
+        queueDepthThreshold: waiting requests at which an instance scores 1 (5); > 0.
+        kvCacheUtilThreshold: KV utilization at which an instance scores 1 (0.8); > 0.
 
     The draw comes from ``view.rng`` and is skipped when the probability is 0 or 1, so
     the generator is only consumed by genuinely random decisions.
     """
 
     name = "probabilistic"
-    description = "Reject sheddable requests with probability min(300*s^5, 1)."
+    description = "Reject sheddable requests with probability min(k*s^power, 1) (llm-d probabilistic-admitter)."
 
-    def __init__(self, coefficient: float = 300.0, exponent: float = 5.0):
-        check_nonnegative("coefficient", coefficient)
-        check_nonnegative("exponent", exponent)
-        self.coefficient = float(coefficient)
-        self.exponent = float(exponent)
+    def __init__(self, power: float = 5.0, k: float = 300.0, queueDepthThreshold: float = 5,  # noqa: N803
+                 kvCacheUtilThreshold: float = 0.8):  # noqa: N803
+        for field, v in (("power", power), ("k", k), ("queueDepthThreshold", queueDepthThreshold),
+                         ("kvCacheUtilThreshold", kvCacheUtilThreshold)):
+            check_nonnegative(field, v, strict=True)
+        self.power = float(power)
+        self.k = float(k)
+        self.queue_depth_threshold = float(queueDepthThreshold)
+        self.kv_cache_util_threshold = float(kvCacheUtilThreshold)
+
+    # Earlier names of ``k`` and ``power`` (read-only).
+    coefficient = property(lambda self: self.k)
+    exponent = property(lambda self: self.power)
 
     def reject_probability(self, saturation: float) -> float:
         """Probability that a sheddable request is rejected at ``saturation``."""
-        return min(self.coefficient * max(saturation, 0.0) ** self.exponent, 1.0)
+        return min(self.k * max(saturation, 0.0) ** self.power, 1.0)
+
+    def saturation(self, view: RouterView) -> float | None:
+        """The admitter's saturation from the view's scraped arrays (None: no instance)."""
+        if len(view.waiting) == 0:
+            return None
+        return float(utilization_scores(view.waiting, view.kv_util, self.queue_depth_threshold,
+                                        self.kv_cache_util_threshold).mean())
 
     def admit(self, request: RequestInfo, view: RouterView) -> bool:
         if request.priority >= 0:
             return True
-        p = self.reject_probability(view.saturation)
+        s = self.saturation(view)
+        if s is None:
+            return True
+        p = self.reject_probability(s)
         if p <= 0.0:
             return True
         if p >= 1.0:

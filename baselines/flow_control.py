@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from llmsched_gym.engine import layout
 from llmsched_gym.errors import ConfigError, check_nonnegative
 from llmsched_gym.policy import UsageLimitPolicy, register_policy
 
@@ -33,6 +34,9 @@ class StaticUsageLimit(UsageLimitPolicy):
 
     def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
         return np.full(num_bands, self.threshold)
+
+    def compiled_form(self):
+        return layout.FLOW_STATIC, (self.threshold,)
 
 
 @register_policy("priority-holdback")
@@ -60,6 +64,9 @@ class PriorityHoldback(UsageLimitPolicy):
             return np.array([self.cmax])
         i = np.arange(num_bands)
         return self.cmax - i * (self.cmax - self.cmin) / (num_bands - 1)
+
+    def compiled_form(self):
+        return layout.FLOW_HOLDBACK, (self.cmax, self.cmin)
 
 
 def round_half_up(x: float) -> int:
@@ -117,3 +124,6 @@ class SoftReflectiveCeiling(UsageLimitPolicy):
     def stationary(self, saturation: float) -> bool:
         s = float(saturation)
         return s < 0.5 or s >= 1.0 or self.period(s) == 1
+
+    def compiled_form(self):
+        return layout.FLOW_SOFT_REFLECTIVE, ()

@@ -1,80 +1,148 @@
-"""Simulator speed on the fixed workload of issue 2, with and without event skipping.
+"""Simulator speed: the compiled engine against the previous release, side by side.
 
-Workload: 4 instances of Qwen3-14B on H100 (BLIS engine defaults, linear step-time
-preset), 5,000 requests, Poisson 60 req/s, input and output Gaussian 512 +- 256 clipped
-to [2, 7000], round-robin routing. Reports simulated requests per wall-second and
-simulated seconds per wall-second, and the speed-up of event skipping as a ratio
-measured in the same run (machines here are shared and noisy; compare ratios).
+Cases (identical requests and configuration in both engines):
 
-At 15 arrivals per second per instance, arrivals cut most decode stretches short, so
-skipping gains little there; a second case replays the first 1,500 Mooncake requests
-(long prompts and decodes, 4 instances, trace rate) where it dominates. It needs
-``../shared/traces`` (or ``LLMSCHED_TRACE_DIR``) and is skipped without it.
+* ``fixed5000``: 4 x H100 Qwen3-14B, BLIS engine defaults, linear step-time preset,
+  5,000 requests, Poisson 60 req/s, input and output Gaussian 512 +- 256 in [2, 7000],
+  round-robin;
+* ``ref5000``: BLIS's own 5,000-request reference run (``traces/blis/ref5000.csv``,
+  trained-physics, 4 instances; BLIS needs 7.5-10 s of wall time here);
+* ``ref50k``: BLIS's 50,000 requests on 16 instances (``ref50k.csv``; BLIS: ~215 s);
+* ``mooncake1500``: the first 1,500 Mooncake conversation requests at trace rate on
+  4 instances (long prompts and decodes, where decode segments dominate).
 
-    python benchmarks/sim_speed.py [--repeat 3] [--latency-model linear]
+The new engine is timed after one warm-up run (JIT compilation is reported separately
+with ``--jit``: a cold numba cache in a fresh folder, then a warm start). The previous
+release runs in a subprocess from a git worktree of ``--baseline-rev`` (default: the
+last commit before the compiled engine), on the same machine in the same run, so the
+speed-up is a ratio measured side by side; per-request first-token and finish times are
+checked to be identical. Machines here are shared and noisy: compare ratios.
 
-For scale: BLIS (Go) needs about 10 s on a 2-core machine for this workload.
+    python benchmarks/sim_speed.py [--cases fixed5000,ref5000,ref50k,mooncake1500] [--repeat 3]
+    python benchmarks/sim_speed.py --jit
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
-from llmsched_gym.engine import EngineConfig
-from llmsched_gym.errors import ConfigError
-from llmsched_gym.scenarios import TraceSource
-from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
-from llmsched_gym.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
+REPO = Path(__file__).resolve().parents[1]
+BASELINE_REV = "e30b430"  # the last release of the one-loop-per-cluster Python engine
+CASES = ("fixed5000", "ref5000", "ref50k", "mooncake1500")
 
 
-def workload(seed: int = 0):
-    tokens = LengthSpec("gaussian", 512, 256, 2, 7000)
-    return generate(WorkloadSpec(arrival=ArrivalSpec("poisson", 60.0), input=tokens, output=tokens,
-                                 num_requests=5000, name="bench"), seed)
+def build(case: str):
+    """(workload, ClusterConfig, GatewayConfig) of a case, with whichever llmsched_gym is imported."""
+    from llmsched_gym.engine import EngineConfig
+    from llmsched_gym.scenarios import DEFAULT_TRACE_DIR
+    from llmsched_gym.simulator import ClusterConfig, GatewayConfig
+    from llmsched_gym.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
+    from llmsched_gym.traces import load_blis_trace, load_mooncake
+
+    traces = Path(os.environ.get("LLMSCHED_TRACE_DIR", DEFAULT_TRACE_DIR))
+    gateway = GatewayConfig(router="round-robin")
+    if case == "fixed5000":
+        tokens = LengthSpec("gaussian", 512, 256, 2, 7000)
+        w = generate(WorkloadSpec(arrival=ArrivalSpec("poisson", 60.0), input=tokens, output=tokens,
+                                  num_requests=5000, name="bench"), 0)
+        return w, ClusterConfig(instances=4, latency_model="linear", engine=EngineConfig.blis()), gateway
+    if case in ("ref5000", "ref50k"):
+        w = load_blis_trace(traces / "blis" / f"{case}.csv").workload
+        cluster = ClusterConfig(instances=4 if case == "ref5000" else 16, latency_model="blis-trained-physics",
+                                gpu_memory_utilization=0.9, engine=EngineConfig.blis(), scrape_interval_s=0.0)
+        return w, cluster, gateway
+    if case == "mooncake1500":
+        w = load_mooncake(traces / "mooncake" / "conversation_trace.jsonl")
+        w = w.subset(np.arange(1500))
+        return w, ClusterConfig(instances=4, latency_model="linear", engine=EngineConfig.blis()), gateway
+    raise SystemExit(f"unknown case {case!r}; known: {', '.join(CASES)}")
 
 
-def run_once(w, latency_model: str, skipping: bool) -> tuple[float, Simulator]:
-    cluster = ClusterConfig(instances=4, hardware="H100", model="qwen3-14b", latency_model=latency_model,
-                            engine=EngineConfig.blis(event_skipping=skipping))
-    start = time.perf_counter()
-    sim = Simulator(w, cluster, GatewayConfig(router="round-robin"), seed=0).run()
-    return time.perf_counter() - start, sim
+def time_case(case: str, repeat: int, warmup: bool) -> dict:
+    """Best wall time of ``repeat`` runs of a case with the imported engine, and its results."""
+    from llmsched_gym.simulator import Simulator
+
+    w, cluster, gateway = build(case)
+    if warmup:
+        Simulator(w.subset(np.arange(min(200, len(w)))), cluster, gateway).run()
+    best, sim = np.inf, None
+    for _ in range(repeat):
+        start = time.perf_counter()
+        sim = Simulator(w, cluster, gateway, seed=0).run()
+        best = min(best, time.perf_counter() - start)
+    return {"case": case, "requests": len(w), "wall_s": best, "sim_s": float(sim.now),
+            "first_token_t": sim.table.first_token_t.tolist(), "finish_t": sim.table.finish_t.tolist()}
 
 
-def compare(w, latency_model: str, repeat: int, label: str) -> None:
-    best = {}
-    for skipping in (True, False):
-        times = []
-        for _ in range(repeat):
-            wall, sim = run_once(w, latency_model, skipping)
-            times.append(wall)
-        best[skipping] = (min(times), sim)
-    print(f"{label}: {len(w):,} requests")
-    for skipping, (wall, sim) in best.items():
-        iters = sum(i.iterations for i in sim.instances)
-        print(f"  event skipping {'on ' if skipping else 'off'}: {wall:.3f} s wall, "
-              f"{len(w) / wall:,.0f} requests/s, {sim.now / wall:,.0f} simulated s per wall s, "
-              f"{iters:,} engine iterations")
-    on, off = best[True][1], best[False][1]
-    assert np.array_equal(on.table.finish_t, off.table.finish_t), "event skipping changed the results"
-    print(f"  speed-up of event skipping: {best[False][0] / best[True][0]:.2f}x (identical per-request results)")
+def baseline(cases: list[str], repeat: int, rev: str) -> list[dict]:
+    """Run the cases with the engine of ``rev`` in a subprocess (a git worktree)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "baseline"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
+                       check=True, capture_output=True)
+        try:
+            out = Path(tmp) / "out.json"
+            env = {**os.environ, "PYTHONPATH": str(tree),
+                   "LLMSCHED_TRACE_DIR": os.environ.get("LLMSCHED_TRACE_DIR", str(REPO.parent / "shared" / "traces"))}
+            subprocess.run([sys.executable, "-P", __file__, "--child", ",".join(cases), "--repeat", str(repeat),
+                            "--child-out", str(out)], check=True, env=env, cwd=tmp)
+            return json.loads(out.read_text())
+        finally:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], capture_output=True)
+
+
+def jit_cost() -> None:
+    """First run on a cold numba cache, then a warm start (fresh processes, tiny workload)."""
+    code = ("import time; t=time.perf_counter(); import numpy as np; import llmsched_gym as g; "
+            "from llmsched_gym.simulator import Simulator; "
+            "w=g.make_scenario('chatbot', qps=20, duration_s=5).build_workload(0); "
+            "Simulator(w, g.make_scenario('chatbot').cluster).run(); print(time.perf_counter()-t)")
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        for label in ("cold numba cache (first run on a fresh machine)", "warm start (cache filled)"):
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            print(f"  {label}: import + first small run {float(out.stdout.split()[-1]):.2f} s")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=3, help="runs per variant; the best is reported")
-    ap.add_argument("--latency-model", default="linear")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case; the best is reported")
+    ap.add_argument("--baseline-rev", default=BASELINE_REV, help="git revision of the engine to compare with")
+    ap.add_argument("--no-baseline", action="store_true", help="time only the compiled engine")
+    ap.add_argument("--jit", action="store_true", help="report JIT compilation cost and exit")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--child-out", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    compare(workload(), args.latency_model, args.repeat, "Poisson 60 req/s, 512 +- 256 tokens, 4 instances")
-    try:
-        mooncake = TraceSource("mooncake/conversation_trace.jsonl", "mooncake", limit=1500).load()
-    except ConfigError as e:
-        print(f"skipping the Mooncake case: {e}")
+    if args.child:  # inside the baseline subprocess
+        res = [time_case(c, args.repeat, warmup=False) for c in args.child.split(",")]
+        Path(args.child_out).write_text(json.dumps(res))
         return
-    compare(mooncake, args.latency_model, 1, "Mooncake conversation, first 1,500 requests at trace rate, 4 instances")
+    if args.jit:
+        jit_cost()
+        return
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    new = [time_case(c, args.repeat, warmup=True) for c in cases]
+    old = [None] * len(cases) if args.no_baseline else baseline(cases, 1 if "ref50k" in cases else args.repeat,
+                                                                   args.baseline_rev)
+    print(f"{'case':<14}{'requests':>10}{'compiled s':>12}{'req/s':>12}{'sim s/wall s':>14}"
+          f"{'previous s':>12}{'speed-up':>10}  identical")
+    for n, o in zip(new, old):
+        same = "" if o is None else str(np.array_equal(n["first_token_t"], o["first_token_t"], equal_nan=True)
+                                          and np.array_equal(n["finish_t"], o["finish_t"], equal_nan=True))
+        prev = "" if o is None else f"{o['wall_s']:.2f}"
+        ratio = "" if o is None else f"{o['wall_s'] / n['wall_s']:.0f}x"
+        print(f"{n['case']:<14}{n['requests']:>10,}{n['wall_s']:>12.3f}{n['requests'] / n['wall_s']:>12,.0f}"
+              f"{n['sim_s'] / n['wall_s']:>14,.0f}{prev:>12}{ratio:>10}  {same}")
 
 
 if __name__ == "__main__":

@@ -25,13 +25,13 @@ from .scenarios import (
     measure_capacity,
     register_scenario,
 )
-from .simulator import ClusterConfig, GatewayConfig, Simulator
+from .simulator import ClusterConfig, GatewayConfig, Simulator, SimulatorBatch, simulate_batch
 from .workload import Workload
 
 __version__ = "0.1.0"
 __all__ = [
     "AdmissionPolicy", "ClusterConfig", "ConfigError", "EngineConfig", "GatewayConfig", "PolicyError",
-    "RoutingPolicy", "Scenario", "Simulator", "TraceFormatError", "UsageLimitPolicy", "Workload",
+    "RoutingPolicy", "Scenario", "Simulator", "SimulatorBatch", "TraceFormatError", "UsageLimitPolicy", "Workload",
     "evaluate", "list_policies", "list_scenarios", "load_scenario", "make_policy", "make_scenario",
-    "measure_capacity", "register_policy", "register_scenario", "summarize", "__version__",
+    "measure_capacity", "register_policy", "register_scenario", "simulate_batch", "summarize", "__version__",
 ]

@@ -23,9 +23,12 @@ EXIT_BAD_INPUT = 2
 def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("workload source (a scenario or a trace)")
     src.add_argument("--scenario", help="registered scenario name or a YAML file (see `llmsched-gym scenarios`)")
-    src.add_argument("--trace", help="trace file to replay instead of a scenario")
-    src.add_argument("--trace-format", choices=["mooncake", "azure", "blis"], default="mooncake")
-    src.add_argument("--time-scale", type=float, default=1.0, help="multiply trace inter-arrival times (>1 slows down)")
+    from .traces import TRACE_FORMATS
+
+    src.add_argument("--trace", help="trace file to replay instead of a scenario, or a name from `llmsched-gym traces list`")
+    src.add_argument("--trace-format", choices=list(TRACE_FORMATS),
+                     help="trace file format (default: the named trace's, else mooncake)")
+    src.add_argument("--time-scale", type=float, help="multiply trace inter-arrival times (>1 slows down)")
     src.add_argument("--limit", type=int, help="replay only the first N trace requests")
     src.add_argument("--critical-share", type=float, help="make this fraction of trace requests critical (seeded)")
     rate = src.add_mutually_exclusive_group()
@@ -43,15 +46,59 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     gw.add_argument("--router", help="routing policy, e.g. lmetric or 'llm-d:prefix_weight=2'")
     gw.add_argument("--flow-control", help="usage-limit policy, or 'none' to dispatch on arrival")
     gw.add_argument("--admission", help="admission policy")
+    gw.add_argument("--epp-config", metavar="FILE", help="take every gateway policy from an llm-d EndpointPickerConfig (docs/epp.md)")
 
 
 def _kv_blocks(value):
     if value is None or value == "unlimited":
         return value
     try:
-        return int(value)
+        v = int(value)
     except ValueError:
-        raise ConfigError(f"--kv-blocks={value!r} is invalid; use an integer > 0 or 'unlimited'") from None
+        v = 0
+    if v < 1:
+        raise ConfigError(f"--kv-blocks={value!r} is invalid; use an integer > 0 or 'unlimited'")
+    return v
+
+
+#: Numeric flags shared by ``run`` / ``compare`` / ``train`` and what they allow.
+FLAG_RULES = {
+    "--seed": {"integer": True, "ge": 0}, "--seeds": {"integer": True, "ge": 1},
+    "--qps": {"gt": 0}, "--load": {"gt": 0}, "--paper-qps": {"gt": 0}, "--instances": {"integer": True, "ge": 1},
+    "--horizon": {"gt": 0}, "--duration": {"gt": 0}, "--time-scale": {"gt": 0}, "--limit": {"integer": True, "ge": 1},
+    "--critical-share": {"ge": 0, "le": 1}, "--workers": {"integer": True, "ge": 1},
+}
+#: Flags that only apply to a --trace replay.
+TRACE_ONLY_FLAGS = ("--trace-format", "--time-scale", "--limit", "--critical-share")
+
+
+def check_flags(args, flags) -> None:
+    """Range and finiteness of the numeric ``flags`` present on ``args`` (see FLAG_RULES)."""
+    from .validation import check_number
+
+    for flag in flags:
+        v = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if v is not None and not isinstance(v, str):
+            check_number(flag, v, **FLAG_RULES[flag])
+
+
+def check_scenario_flags(args) -> None:
+    """The workload-source flags of ``run``: values, and only those that apply to the source."""
+    from .validation import check_name
+
+    check_flags(args, [f for f in FLAG_RULES if f not in ("--duration", "--workers")])
+    for flag in ("--scenario", "--trace", "--hardware", "--model", "--latency-model"):
+        check_name(flag, getattr(args, flag.lstrip("-").replace("-", "_"), None), none_ok=True)
+    if args.scenario and args.trace:
+        raise ConfigError("give either --scenario or --trace, not both")
+    if not args.trace:
+        for flag in TRACE_ONLY_FLAGS:
+            v = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+            if v is not None:
+                raise ConfigError(f"{flag}={v} does not apply to --scenario {args.scenario or 'codegen'}; "
+                                  "it applies only to --trace replays")
+    elif getattr(args, "limit", None) is not None and args.trace_format == "blis":
+        raise ConfigError(f"--limit={args.limit} does not apply to --trace-format blis (BLIS files are replayed whole)")
 
 
 def scenario_from_args(args) -> "object":
@@ -65,20 +112,24 @@ def scenario_from_args(args) -> "object":
         "hardware": args.hardware, "model": args.model, "latency_model": args.latency_model,
         "kv_blocks": _kv_blocks(args.kv_blocks), "horizon_s": args.horizon,
     }.items() if v is not None}
-    if args.scenario and args.trace:
-        raise ConfigError("give either --scenario or --trace, not both")
+    check_scenario_flags(args)
     if args.trace:
-        path = Path(args.trace)
+        path, fmt = Path(args.trace), args.trace_format
         if not path.is_file():
-            raise ConfigError(f"--trace {path}: file not found")
+            from .trace_registry import TRACES, locate  # a trace by name (`llmsched-gym traces list`)
+
+            found = locate(args.trace)
+            if found is None:
+                hint = f"; download it with `llmsched-gym traces download {args.trace}`" if args.trace in TRACES else ""
+                raise ConfigError(f"--trace {path}: file not found{hint}")
+            path, fmt = found, fmt or (TRACES[args.trace].format if args.trace in TRACES else None)
         base = Scenario(name=path.stem, description=f"replay of {path}",
                         cluster=ClusterConfig(instances=1, engine=EngineConfig()),
-                        workload=TraceSource(str(path.resolve()), args.trace_format, args.limit, args.critical_share),
+                        workload=TraceSource(str(path.resolve()), fmt or "mooncake", args.limit,
+                                             args.critical_share),
                         gateway=GatewayConfig(router="round-robin"))
         sc = make_scenario(base, **overrides)
-        if args.time_scale != 1.0:
-            if args.time_scale <= 0:
-                raise ConfigError(f"--time-scale={args.time_scale} is invalid; it must be > 0")
+        if args.time_scale is not None and args.time_scale != 1.0:
             if sc.qps is not None or sc.load is not None:
                 raise ConfigError("give either --time-scale or a rate (--qps/--load), not both")
             sc.qps = sc.base_rate() / args.time_scale
@@ -88,13 +139,17 @@ def scenario_from_args(args) -> "object":
 
 def policy_overrides(args) -> dict:
     """The --router/--admission/--flow-control arguments as Scenario.simulator keywords."""
+    from .validation import check_name
+
     out = {}
-    if args.router:
-        out["router"] = args.router
-    if args.admission:
-        out["admission"] = args.admission
-    if args.flow_control:
-        out["flow_control"] = None if args.flow_control.lower() == "none" else args.flow_control
+    for flag, key in (("--router", "router"), ("--admission", "admission"), ("--flow-control", "flow_control")):
+        v = check_name(flag, getattr(args, key, None), none_ok=True, what="a policy spec (see `llmsched-gym policies`)")
+        if v is not None:
+            out[key] = None if key == "flow_control" and v.strip().lower() == "none" else v
+    if getattr(args, "epp_config", None) is not None:  # run --epp-config FILE (llmsched_gym/epp.py)
+        from .epp import epp_overrides
+
+        out = epp_overrides(args.epp_config, out)
     return out
 
 
@@ -108,12 +163,14 @@ def _validate_policies(overrides: dict) -> None:
 
 def cmd_run(args) -> int:
     from .metrics import summarize
+    from .validation import check_output_file
 
+    check_flags(args, ["--seed", "--seeds"])
+    if args.json is not None:
+        check_output_file("--json", args.json)  # before the run: a bad path must not cost the results
     sc = scenario_from_args(args)
     pol = policy_overrides(args)
     _validate_policies(pol)
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds={args.seeds} is invalid; it must be >= 1")
     qps = sc.target_qps()
     results = []
     for seed in range(args.seed, args.seed + args.seeds):
@@ -125,11 +182,23 @@ def cmd_run(args) -> int:
                   "flow_control": sim.flow.name if sim.flow else None})
         results.append(s)
         _print_summary(s)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results[0] if len(results) == 1 else results, indent=2, default=float))
+    if args.json is not None:
+        write_results(args.json, json.dumps(results, indent=2, default=float), "--json")
         print(f"wrote {args.json}")
     return 0
+
+
+def write_results(path, text: str, flag: str) -> None:
+    """Write ``text`` to ``path`` atomically; if that fails, save it in a fresh temporary
+    directory and raise an OutputError naming both (a finished run is never lost)."""
+    from .errors import OutputError
+    from .validation import atomic_write_text, fallback_dir
+
+    try:
+        atomic_write_text(path, text)
+    except OutputError as e:
+        saved = atomic_write_text(fallback_dir() / Path(path).name, text)
+        raise OutputError(f"{flag}: {e}; the results were saved to {saved} instead") from None
 
 
 def _fmt(v, scale=1.0, digits=3):
@@ -146,7 +215,10 @@ def _print_summary(s: dict) -> None:
     for col in ("class", "requests", "finished", "rejected", "expired", "dropped", "in flight",
                 "TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean", "TPOT p99", "E2E p99", "req/s", "tok/s"):
         t.add_column(col, justify="right")
-    for name, c in s["classes"].items():
+    classes = s["classes"]
+    if len(classes) == 2 and "all" in classes:  # one class: its row is the "all" row
+        classes = {k: v for k, v in classes.items() if k != "all"}
+    for name, c in classes.items():
         t.add_row(name, str(c["requests"]), str(c["finished"]), str(c["rejected"]), str(c["expired"]),
                   str(c["dropped"]), str(c["in_flight"]), _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
                   _fmt(c["ttft_p99"]), _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["tpot_p99"], 1e3, 1) + "ms",
@@ -161,7 +233,8 @@ def _print_summary(s: dict) -> None:
 def cmd_scenarios(args) -> int:
     from .scenarios import list_scenarios, make_scenario
 
-    if args.describe:
+    check_flags(args, ["--seed"])
+    if args.describe is not None:
         return _describe(make_scenario(args.describe), args.seed)
     for name in list_scenarios():
         print(f"{name:24s} {make_scenario(name).description}")
@@ -181,6 +254,10 @@ def _describe(sc, seed: int) -> int:
           f"admission={sc.gateway.admission}")
     setting = {k: getattr(sc, k) for k in ("qps", "load", "paper_qps") if getattr(sc, k) is not None} or sc.default_rate
     print(f"  rate: {qps:.3f} req/s ({setting or 'workload base rate'}); published capacity: {sc.published_capacity_qps}")
+    from .capacity import describe as describe_capacity
+
+    for line in describe_capacity(sc):  # the capacity `load` refers to, and how it was found
+        print("  " + line)
     gaps = np.diff(w.arrival_s)
     print(f"  requests: {len(w)} over {w.duration_s:.1f} s, measured rate {w.mean_rate:.3f} req/s, "
           f"inter-arrival CV {gaps.std() / gaps.mean():.2f}" if len(gaps) else f"  requests: {len(w)}")
@@ -206,15 +283,22 @@ def cmd_policies(args) -> int:
 
 
 # ====================================================================== main
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit code 2, no usage block)."""
+
+    def error(self, message):
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="llmsched-gym", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="llmsched-gym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("run", help="simulate one scenario or trace with one policy combination")
     _add_scenario_args(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1")
-    p.add_argument("--json", help="write the summary as JSON to this path")
+    p.add_argument("--json", help="write the summaries as a JSON list (one object per seed) to this path")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("scenarios", help="list scenarios, or --describe NAME")
@@ -225,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("policies", help="list admission, flow-control and routing policies")
     p.set_defaults(func=cmd_policies)
 
-    for module in ("evaluation", "training"):
+    for module in ("evaluation", "training", "epp", "trace_registry"):
         try:
             mod = __import__(f"llmsched_gym.{module}", fromlist=["add_cli"])
         except ImportError:
@@ -241,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConfigError, PolicyError) as e:
-        print(f"llmsched-gym {args.command}: error: {e}", file=sys.stderr)
+        msg = " ".join(str(e).split())  # one line, whatever the message
+        print(f"llmsched-gym {args.command}: error: {msg}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -6,6 +6,8 @@ fix the input without reading a traceback. The CLI turns these into exit code 2.
 
 from __future__ import annotations
 
+import numbers
+
 
 class ConfigError(ValueError):
     """A scenario, preset, policy name or keyword argument is invalid."""
@@ -21,6 +23,14 @@ class TraceFormatError(ConfigError):
         self.path, self.line, self.field = path, line, field
 
 
+class MissingExtraError(ConfigError):
+    """A feature needs an optional extra (e.g. ``[rl]``) that is not installed."""
+
+
+class OutputError(ConfigError):
+    """An output path cannot be created or written."""
+
+
 class PolicyError(RuntimeError):
     """A policy returned something the simulator cannot act on."""
 
@@ -34,8 +44,10 @@ def check_choice(field: str, value, allowed) -> None:
 
 
 def check_nonnegative(field: str, value, *, strict: bool = False) -> None:
-    """Raise ConfigError if ``value`` is negative (or zero when ``strict``)."""
+    """Raise ConfigError if ``value`` is not a number, or negative (or zero when ``strict``)."""
+    want = "> 0" if strict else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"{field}={value!r} is invalid; it must be a number {want}")
     bad = value <= 0 if strict else value < 0
     if bad or value != value:  # NaN compares unequal to itself
-        want = "> 0" if strict else ">= 0"
         raise ConfigError(f"{field}={value!r} is invalid; it must be {want}")

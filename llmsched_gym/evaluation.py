@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, OutputError
 
 RATE_KINDS = ("qps", "load", "paper_qps")
 ROLE_KEYS = ("router", "flow_control", "admission")
@@ -57,7 +57,7 @@ _LATE_OVERRIDES = {"duration_s", "num_requests", "horizon_s"}
 #: Per-class metric columns of the result table (times in seconds).
 METRIC_COLUMNS = (
     "requests", "finished", "rejected", "expired", "dropped", "in_flight",
-    "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99",
+    "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "ttft_censored",
     "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
     "e2e_mean", "e2e_p50", "e2e_p90", "e2e_p99",
     "slo_attainment", "goodput_rps", "throughput_rps", "output_tokens_per_s",
@@ -207,11 +207,16 @@ def _scenario_entries(scenarios) -> list[tuple[Any, dict]]:
 def _as_list(v) -> list:
     if v is None:
         return []
-    if isinstance(v, str):
-        return [float(x) for x in v.split(",") if x.strip()]
-    if isinstance(v, (int, float)):
-        return [float(v)]
-    return [float(x) for x in v]
+    try:
+        if isinstance(v, str):
+            return [float(x) for x in v.split(",") if x.strip()]
+        if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool):
+            return [float(v)]
+        if isinstance(v, (list, tuple, np.ndarray)) and not any(isinstance(x, (bool, str)) for x in v):
+            return [float(x) for x in v]
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(f"rate {v!r} is invalid; give a number, a list of numbers or a comma-separated string")
 
 
 def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides: dict | None = None) -> list[_Point]:
@@ -271,8 +276,8 @@ def _run_cell(task: dict) -> dict:
     }
     out = {"index": task["index"], "classes": s["classes"], "cell": cell}
     if task.get("samples"):
-        rec = request_records(t)
-        out["samples"] = {"ttft": rec["ttft"].astype(np.float32), "tpot": rec["tpot"].astype(np.float32),
+        rec = request_records(t, sim.now)
+        out["samples"] = {"ttft": rec["ttft_or_wait"].astype(np.float32), "tpot": rec["tpot"].astype(np.float32),
                           "e2e": rec["e2e"].astype(np.float32), "priority": t.priority.astype(np.int16)}
     return out
 
@@ -333,15 +338,17 @@ class ResultTable:
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
         text = buf.getvalue()
         if path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text)
+            from .validation import atomic_write_text
+
+            atomic_write_text(path, text)
         return text
 
     def to_json(self, path: "str | os.PathLike | None" = None, **extra) -> str:
         text = json.dumps({"meta": self.meta, **extra, "rows": self.rows}, indent=1, default=_json_default)
         if path is not None:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text)
+            from .validation import atomic_write_text
+
+            atomic_write_text(path, text)
         return text
 
     def to_dicts(self) -> list[dict]:
@@ -408,7 +415,9 @@ def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, ov
             raise ConfigError(f"seeds={seeds} is invalid; it must be >= 1")
         seed_list = list(range(int(seeds)))
     else:
-        seed_list = [int(s) for s in seeds]
+        from .validation import check_seed
+
+        seed_list = [check_seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
         if not seed_list:
             raise ConfigError("no seed given")
     points = resolve_points(scenarios, qps=qps, load=load, paper_qps=paper_qps, overrides=overrides)
@@ -423,6 +432,10 @@ def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, ov
 
 def _execute(tasks: list[dict], workers, progress, mp_context=None) -> tuple[list[dict], int]:
     total = len(tasks)
+    if workers is not None:
+        from .validation import check_number
+
+        check_number("workers", workers, integer=True, ge=1)
     n_workers = min(os.cpu_count() or 1, total) if workers is None else max(1, min(int(workers), total))
     results: list[dict | None] = [None] * total
     for i, t in enumerate(tasks):
@@ -546,7 +559,14 @@ def run_studies(studies: list[Study], seeds, *, workers=None, progress=True, com
 
 KEY_METRICS = (("ttft_mean", "TTFT mean", 1.0), ("ttft_p99", "TTFT p99", 1.0), ("tpot_mean", "TPOT mean", 1e3),
                ("tpot_p99", "TPOT p99", 1e3), ("e2e_p99", "E2E p99", 1.0), ("throughput_rps", "req/s", 1.0),
-               ("slo_attainment", "SLO", 1.0))
+               ("slo_attainment", "SLO", 1.0), ("goodput_rps", "goodput", 1.0))
+
+
+#: What the less obvious columns of the compare table mean (printed under it).
+COLUMN_NOTES = ("SLO: fraction of the class's arrivals that finished within its TTFT and TPOT SLOs (a class "
+                "without SLOs: fraction finished; rejected, expired, dropped, unfinished are misses); goodput: "
+                "those requests per second; rej+exp: requests rejected (admission or a full band queue) plus "
+                "expired (waited longer than the gateway TTL), median over seeds.")
 
 
 CHANGE_COLUMNS = ("ttft_mean", "ttft_p99", "tpot_mean", "e2e_p99", "throughput_rps")
@@ -575,8 +595,8 @@ def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) 
     n = len(table.meta.get("seeds", []))
     t = Table(title=f"{name}" + (f": {st.title}" if st.title else "") + f" - median over {n} seeds ± 95% CI half-width"
                     + (f", (change vs {st.baseline})" if st.baseline else ""), show_lines=False)
-    for col in ("point", "class", "policy"):
-        t.add_column(col)
+    for col in ("point", "class", "policy"):  # never truncated: they name the row
+        t.add_column(col, min_width=max([len(str(v)) for v in table.unique(col)] + [len(col)]))
     for _, label, scale in KEY_METRICS:
         unit = " (ms)" if scale == 1e3 else (" (s)" if label.startswith(("TTFT", "E2E")) else "")
         t.add_column(label + unit, justify="right")
@@ -605,6 +625,7 @@ def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) 
                 cells.append(_fmt((rej["median"] if rej else 0) + (exp["median"] if exp else 0), 1, 4))
                 t.add_row(point, cls, pol, *cells)
             t.add_section()
+    t.caption = COLUMN_NOTES
     console.print(t)
 
 
@@ -697,16 +718,16 @@ def _default_policies(scenario) -> str:
 def cmd_compare(args) -> int:
     from rich.console import Console
 
-    if args.seeds < 1:
-        raise ConfigError(f"--seeds={args.seeds} is invalid; it must be >= 1")
-    if args.workers is not None and args.workers < 1:
-        raise ConfigError(f"--workers={args.workers} is invalid; it must be >= 1")
-    for name in ("duration", "horizon"):
-        v = getattr(args, name)
-        if v is not None and v <= 0:
-            raise ConfigError(f"--{name}={v} is invalid; it must be > 0")
-    from .cli import policy_overrides
+    from .cli import check_flags, policy_overrides
+    from .validation import check_name, check_output_dir
 
+    check_flags(args, ["--seed", "--seeds", "--workers", "--duration", "--horizon"])
+    for flag in ("--scenario", "--policies", "--baseline", "--class"):
+        check_name(flag, getattr(args, "classes" if flag == "--class" else flag[2:]), none_ok=True,
+                   what={"--scenario": "a scenario name or YAML path", "--policies": "';'-separated policies",
+                         "--baseline": "a policy label", "--class": "comma-separated class names"}[flag])
+    out = check_output_dir("--out", args.out if args.out is not None else  # before the run: a bad path
+                           Path("results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")  # must not cost the results
     common = policy_overrides(args)
     if common:
         parse_policy({k: v for k, v in common.items()})  # validate names
@@ -722,34 +743,43 @@ def cmd_compare(args) -> int:
             st.overrides.update(overrides)
         if args.baseline:
             raise ConfigError("--baseline needs --scenario and --policies")
+        if args.classes:
+            raise ConfigError("--class needs --scenario (the default study shows its own classes)")
     else:
         from .scenarios import make_scenario
 
         scenario = args.scenario or "codegen"
-        make_scenario(scenario)  # clear error for unknown names
-        policies = args.policies or _default_policies(scenario)
+        sc = make_scenario(scenario)  # clear error for unknown names
+        policies = args.policies if args.policies is not None else _default_policies(scenario)
         specs = parse_policies(policies)
         classes = tuple(c.strip() for c in args.classes.split(",")) if args.classes else ("critical", "sheddable", "all")
+        if args.classes:
+            known = scenario_classes(sc)
+            bad = [c for c in classes if c not in known]
+            if bad:
+                raise ConfigError(f"--class={args.classes!r} is invalid; scenario {sc.name!r} has the classes "
+                                  f"{', '.join(known)} ({', '.join(map(repr, bad))} not among them)")
         studies = [Study(scenario, specs, args.baseline or specs[0].label, rates, overrides, classes, "")]
     seeds = list(range(args.seed, args.seed + args.seeds))
-    out = Path(args.out) if args.out else Path("results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
     console = Console(width=max(Console().width, 190))
     start = time.perf_counter()
     results = run_studies(studies, seeds, workers=args.workers, progress=True, common=common)
-    out.mkdir(parents=True, exist_ok=True)
-    all_rows, all_stats, figures = [], [], []
+    all_rows, all_stats = [], []
     for st, table, stats in results:
         print_study(st, table, stats, console)
         all_rows += table.rows
         all_stats += stats
-        if not args.no_plots:
-            figures += make_figures(st, table, stats, out)
     merged = ResultTable(all_rows, meta={"seeds": seeds, "studies": [
         {"scenario": str(st.scenario), "policies": [parse_policy(p).label for p in st.policies],
          "baseline": st.baseline, "rates": st.rates, "overrides": st.overrides} for st in studies]})
-    merged.to_csv(out / "results.csv")
-    merged.to_json(out / "results.json", stats=all_stats)
-    ResultTable(all_stats).to_csv(out / "summary.csv")
+    try:
+        figures = _write_outputs(out, results, merged, all_stats, plots=not args.no_plots)
+    except OutputError as e:  # e.g. --out removed or made read-only during the run: keep the results
+        from .validation import fallback_dir
+
+        saved = fallback_dir("llmsched-gym-compare-")
+        _write_outputs(saved, results, merged, all_stats, plots=not args.no_plots)
+        raise OutputError(f"--out: {e}; the results were saved to {saved} instead") from None
     wall = time.perf_counter() - start
     console.print(f"\n{len(all_rows)} rows from {sum(t.meta['cells'] for _, t, _ in results)} cells in {wall:.1f} s.")
     console.print(f"results: {out / 'results.csv'}, {out / 'results.json'}, {out / 'summary.csv'}")
@@ -763,6 +793,33 @@ def _parse_rates(kind: str, text: str) -> list[float]:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; give comma-separated numbers") from None
-    if not vals or any(not (v > 0) for v in vals):
-        raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; every value must be > 0")
+    if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
+        raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; every value must be a finite number > 0")
     return vals
+
+
+def _write_outputs(out: Path, results, merged: "ResultTable", all_stats: list[dict], *, plots: bool) -> list[Path]:
+    """Figures, results.csv, results.json and summary.csv in ``out`` (each written atomically)."""
+    figures = []
+    if plots:
+        for st, table, stats in results:
+            figures += make_figures(st, table, stats, out)
+    merged.to_csv(out / "results.csv")
+    merged.to_json(out / "results.json", stats=all_stats)
+    ResultTable(all_stats).to_csv(out / "summary.csv")
+    return figures
+
+
+def scenario_classes(sc) -> list[str]:
+    """The request classes a scenario's rows can have (its classes, then ``all``)."""
+    from .scenarios import TraceSource
+    from .workload import class_name
+
+    if isinstance(sc.workload, TraceSource):
+        if sc.workload.critical_share is not None:
+            prios = {0, -1}
+        else:
+            prios = {int(p) for p in np.unique(sc.workload.load().priority)}
+    else:
+        prios = {int(c.priority) for spec in sc.specs for c in spec.classes}
+    return [class_name(p) for p in sorted(prios, reverse=True)] + ["all"]

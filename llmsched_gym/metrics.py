@@ -1,10 +1,25 @@
-"""Per-request records and per-class summaries (DESIGN 3.1)."""
+"""Per-request records and per-class summaries (DESIGN 3.1).
+
+Summaries are over *all* arrivals of a class, so a policy cannot improve them by not
+serving requests (docs/architecture.md, "Metrics"):
+
+* ``slo_attainment`` and ``goodput_rps`` count a request as meeting its SLO only if it
+  finished within its class's TTFT and TPOT SLOs; rejected, expired, dropped and
+  unfinished requests are misses. ``all`` applies each request's own class SLO.
+* ``ttft_*`` statistics include the requests that never got a first token while
+  waiting for one (expired in the gateway queue, or still waiting when the run
+  stopped), *censored* at their wait: their true TTFT is at least that long.
+  ``ttft_censored`` counts them; rejected and dropped requests have no wait and are
+  reported beside TTFT (``rejected``, ``dropped``).
+* Rates (``throughput_rps``, ``goodput_rps``, ``output_tokens_per_s``) are over the
+  arrival window (first to last arrival), not over the time it took to drain.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .requests import FINISHED, OUTCOME_NAMES, RequestTable
+from .requests import EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
 from .workload import class_name
 
 PERCENTILES = (50, 90, 99)
@@ -17,9 +32,22 @@ def _stats(prefix: str, x: np.ndarray) -> dict[str, float]:
     return {f"{prefix}_mean": float(x.mean()), **{f"{prefix}_p{q}": float(v) for q, v in zip(PERCENTILES, ps)}}
 
 
-def request_records(table: RequestTable) -> dict[str, np.ndarray]:
-    """Per-request columns: times in seconds, NaN where an event did not happen."""
+def request_records(table: RequestTable, now: float | None = None) -> dict[str, np.ndarray]:
+    """Per-request columns: times in seconds, NaN where an event did not happen.
+
+    ``ttft_or_wait`` is the TTFT, or for a request that never got a first token the
+    time it waited for one: until it expired, or until ``now`` (the simulation's
+    clock, if given) for a request that arrived and is still waiting. ``censored``
+    marks those lower bounds.
+    """
     ttft = table.first_token_t - table.arrival
+    no_first = np.isnan(table.first_token_t)
+    expired = no_first & (table.outcome == EXPIRED)
+    wait = np.where(expired, table.end_t - table.arrival, np.nan)
+    if now is not None:
+        waiting = no_first & (table.outcome == IN_FLIGHT) & (table.arrival <= now)
+        wait = np.where(waiting, now - table.arrival, wait)
+    censored = ~np.isnan(wait)
     tpot = np.where(table.output > 1,
                     (table.finish_t - table.first_token_t) / np.maximum(table.output - 1, 1), np.nan)
     return {
@@ -28,19 +56,26 @@ def request_records(table: RequestTable) -> dict[str, np.ndarray]:
         "input_tokens": table.input, "output_tokens": table.output, "prefix_hit_tokens": table.prefix_hit,
         "preemptions": table.preemptions, "outcome": table.outcome,
         "ttft": ttft, "tpot": tpot, "e2e": table.finish_t - table.arrival,
+        "ttft_or_wait": np.where(censored, wait, ttft), "censored": censored,
     }
 
 
 def summarize_class(table: RequestTable, mask: np.ndarray, duration: float,
-                    slo_ttft: float | None = None, slo_tpot: float | None = None,
+                    slo_ttft: "float | np.ndarray | None" = None, slo_tpot: "float | np.ndarray | None" = None,
                     rec: dict[str, np.ndarray] | None = None) -> dict:
-    """Metrics of the requests selected by ``mask`` (see :func:`summarize`); ``rec`` is
-    :func:`request_records` of ``table`` if already computed."""
+    """Metrics of the requests selected by ``mask`` (see :func:`summarize`).
+
+    ``duration`` is the arrival window the rates are over; ``slo_ttft`` / ``slo_tpot``
+    a bound for every request or one per request (NaN: none); ``rec`` is
+    :func:`request_records` of ``table`` if already computed.
+    """
     rec = request_records(table) if rec is None else rec
     fin = mask & (table.outcome == FINISHED)
-    has_first = mask & ~np.isnan(table.first_token_t)
+    x = rec["ttft_or_wait"]
+    has_ttft = mask & ~np.isnan(x)
     out = {"requests": int(mask.sum())}
-    out.update(_stats("ttft", rec["ttft"][has_first]))
+    out.update(_stats("ttft", x[has_ttft]))
+    out["ttft_censored"] = int((mask & rec["censored"]).sum())
     out.update(_stats("tpot", rec["tpot"][fin & (table.output > 1)]))
     out.update(_stats("e2e", rec["e2e"][fin]))
     counts = np.bincount(table.outcome[mask], minlength=len(OUTCOME_NAMES))
@@ -52,12 +87,21 @@ def summarize_class(table: RequestTable, mask: np.ndarray, duration: float,
     out["prefix_hit_token_ratio"] = float(table.prefix_hit[mask].sum() / inp) if inp else 0.0
     ok = fin.copy()
     if slo_ttft is not None:
-        ok &= rec["ttft"] <= slo_ttft
+        ok &= ~(rec["ttft"] > np.asarray(slo_ttft, float))  # NaN bound: no SLO
     if slo_tpot is not None:
-        ok &= np.nan_to_num(rec["tpot"], nan=0.0) <= slo_tpot
+        ok &= ~(rec["tpot"] > np.asarray(slo_tpot, float))  # NaN TPOT (one token): no TPOT to miss
     out["slo_attainment"] = float(ok.sum() / mask.sum()) if mask.sum() else float("nan")
     out["goodput_rps"] = float(ok.sum() / duration) if duration > 0 else 0.0
     return out
+
+
+def arrival_window(arrival_s: np.ndarray, now: float) -> float:
+    """Seconds from the first to the last of ``arrival_s`` (sorted), the span rates are
+    over; with fewer than two arrivals, from the first one to ``now``."""
+    if len(arrival_s) == 0:
+        return 0.0
+    span = float(arrival_s[-1] - arrival_s[0])
+    return span if span > 0 else max(float(now - arrival_s[0]), 0.0)
 
 
 def summarize(sim) -> dict:
@@ -65,18 +109,24 @@ def summarize(sim) -> dict:
 
     Keys: ``classes`` (class name -> metrics, plus ``all``; times in seconds, e.g.
     ``ttft_p99``), ``outcomes`` (counts that add up to the arrivals), ``preemptions``,
-    ``prefix_hit_token_ratio``, ``sim_seconds``, ``wall_seconds``.
+    ``prefix_hit_token_ratio``, ``arrival_window_s``, ``sim_seconds``, ``wall_seconds``.
+    Every class, ``all`` included, is summarized over all its arrivals (module docstring).
     """
     table = sim.table
     w = sim.workload
-    arrived = np.arange(table.n) < sim._arrival_ptr
-    duration = max(sim.now - (w.arrival_s[0] if len(w) else 0.0), 0.0)
-    rec = request_records(table)
+    arrived = np.arange(table.n) < sim.arrived
+    duration = arrival_window(w.arrival_s[arrived], sim.now)
+    rec = request_records(table, sim.now)
+    slo_ttft, slo_tpot = np.full(table.n, np.nan), np.full(table.n, np.nan)
+    for p, v in w.slo_ttft_s.items():
+        slo_ttft[table.priority == p] = v
+    for p, v in w.slo_tpot_s.items():
+        slo_tpot[table.priority == p] = v
     classes = {}
     for p in sorted(np.unique(table.priority).tolist(), reverse=True):
         mask = arrived & (table.priority == p)
         classes[class_name(p)] = summarize_class(table, mask, duration, w.slo_ttft_s.get(p), w.slo_tpot_s.get(p), rec)
-    classes["all"] = summarize_class(table, arrived, duration, rec=rec)
+    classes["all"] = summarize_class(table, arrived, duration, slo_ttft, slo_tpot, rec)
     outcomes = {k: int(v) for k, v in classes["all"].items() if k in OUTCOME_NAMES.values()}
     outcomes["arrivals"] = int(arrived.sum())
     return {
@@ -84,6 +134,7 @@ def summarize(sim) -> dict:
         "outcomes": outcomes,
         "preemptions": classes["all"]["preemptions"],
         "prefix_hit_token_ratio": classes["all"]["prefix_hit_token_ratio"],
+        "arrival_window_s": duration,
         "sim_seconds": float(sim.now),
         "wall_seconds": float(sim.wall_seconds),
     }

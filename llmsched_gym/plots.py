@@ -1,12 +1,14 @@
 """Figures of an evaluation (matplotlib, Agg backend: no display needed).
 
 * :func:`plot_cdfs` - TTFT and TPOT CDFs per policy at one load point (one seed), as in
-  the LMetric paper's latency-CDF figures.
+  the LMetric paper's latency-CDF figures; a request that expired waiting for its first
+  token enters the TTFT CDF at its wait (a lower bound).
 * :func:`plot_change_bars` - per load point, grouped bars of the change of critical TTFT
-  p99, E2E p99 and throughput against a baseline, with paired 95% intervals, as in the
+  p99, E2E p99, throughput and goodput against a baseline, with paired 95% intervals, as in the
   llm-d flow-control article's chart.
-* :func:`plot_load_sweep` - a metric against the request rate, one line per policy, with
-  the bootstrap interval as a band.
+* :func:`plot_load_sweep` - a metric against the load points in the units they were given
+  (load fraction, published QPS or req/s), one line per policy, with the bootstrap
+  interval as a band.
 """
 
 from __future__ import annotations
@@ -20,15 +22,43 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-CHANGE_METRICS = (("ttft_p99", "TTFT p99"), ("e2e_p99", "E2E p99"), ("throughput_rps", "throughput"))
+CHANGE_METRICS = (("ttft_p99", "TTFT p99"), ("e2e_p99", "E2E p99"), ("throughput_rps", "throughput"),
+                  ("goodput_rps", "goodput"))
 
 
 def _save(fig, path) -> Path:
+    """Render ``fig`` and write it atomically (no partial image if the write fails)."""
+    import io
+
+    from .validation import atomic_write_bytes
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=110, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def _plain_log_ticks(axis) -> None:
+    """Log-axis tick labels as plain numbers (0.02, 0.5, 20), not ``2x10^1``; minor ticks
+    are labelled as the span needs them (all within 4x, 2 and 5 within 100x, none beyond)."""
+    from matplotlib.ticker import FuncFormatter
+
+    def minor(v, _):
+        lo, hi = sorted(axis.get_view_interval())
+        span = hi / lo if lo > 0 else np.inf
+        mantissa = round(v / 10 ** math.floor(math.log10(v)), 6) if v > 0 else 0
+        return f"{v:g}" if span < 4 or (span < 100 and mantissa in (2, 5)) else ""
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(FuncFormatter(minor))
+
+
+#: x-axis label of a load sweep, by the rate kind the user gave (the point labels' prefix).
+RATE_AXIS = {"load": "load (fraction of the measured capacity)", "paper_qps": "published QPS point (paper_qps)",
+             "qps": "request rate (req/s)"}
 
 
 def _class_mask(priority: np.ndarray, cls: str) -> np.ndarray:
@@ -53,6 +83,7 @@ def plot_cdfs(samples: dict, path, *, scenario: str, point: str, policies, cls: 
                 continue
             ax.plot(x, np.arange(1, len(x) + 1) / len(x), label=pol, lw=1.6)
         ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
         ax.set_xlabel(f"{metric.upper()} ({unit})")
         ax.set_ylabel("CDF (fraction of requests)")
         ax.set_ylim(0, 1.01)
@@ -83,10 +114,13 @@ def plot_change_bars(stats: list[dict], path, *, scenario: str, baseline: str, c
                 hi.append(r["change_high"] * 100 - c if r and math.isfinite(r.get("change_high", np.nan)) else 0)
             x = np.arange(len(points)) + (k - (len(metrics) - 1) / 2) * width
             ax.bar(x, vals, width, yerr=[np.maximum(lo, 0), np.maximum(hi, 0)], capsize=3, label=label)
-            for xi, v in zip(x, vals):
-                if np.isfinite(v):
-                    ax.annotate(f"{v:+.0f}%", (xi, v), ha="center", va="bottom" if v >= 0 else "top", fontsize=7)
+            for xi, v, l_, h_ in zip(x, vals, lo, hi):
+                if np.isfinite(v):  # beyond the end of the error bar, not on it
+                    end = v + max(h_, 0) if v >= 0 else v - max(l_, 0)
+                    ax.annotate(f"{v:+.0f}%", (xi, end), xytext=(0, 2 if v >= 0 else -2), textcoords="offset points",
+                                ha="center", va="bottom" if v >= 0 else "top", fontsize=7)
         ax.axhline(0, color="black", lw=0.8)
+        ax.margins(y=0.12)  # room for the labels beyond the error bars
         ax.set_xticks(np.arange(len(points)))
         ax.set_xticklabels(points, fontsize=8)
         ax.set_xlabel("load point")
@@ -101,23 +135,30 @@ def plot_change_bars(stats: list[dict], path, *, scenario: str, baseline: str, c
 def plot_load_sweep(stats: list[dict], path, *, scenario: str, cls: str = "all",
                     metrics=(("ttft_mean", "TTFT mean (s)", 1.0), ("ttft_p99", "TTFT p99 (s)", 1.0),
                              ("tpot_mean", "TPOT mean (ms)", 1e3))) -> Path:
-    """Metrics against the request rate (req/s), one line per policy, 95% CI bands."""
+    """Metrics against the load points in the user's units (``load=0.5``: load fraction;
+    ``paper_qps=16``: published QPS; otherwise req/s), one line per policy, 95% CI bands."""
     recs = [r for r in stats if r["scenario"] == scenario and r["class"] == cls]
     policies = list(dict.fromkeys(r["policy"] for r in recs))
+    kinds = {str(r["point"]).partition("=")[0] for r in recs}
+    kind = kinds.pop() if len(kinds) == 1 else "qps"
+    if kind not in RATE_AXIS or any(r.get("rate") is None for r in recs):
+        kind = "qps"
+    xkey = "qps" if kind == "qps" else "rate"
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.6 * len(metrics), 3.8), squeeze=False)
     for ax, (m, label, scale) in zip(axes[0], metrics):
         for pol in policies:
-            rs = sorted((r for r in recs if r["policy"] == pol and r["metric"] == m), key=lambda r: r["qps"])
+            rs = sorted((r for r in recs if r["policy"] == pol and r["metric"] == m), key=lambda r: r[xkey])
             if not rs:
                 continue
-            x = [r["qps"] for r in rs]
+            x = [r[xkey] for r in rs]
             y = np.array([r["median"] for r in rs], float) * scale
             ax.plot(x, y, marker="o", label=pol, lw=1.5)
             ax.fill_between(x, np.array([r["ci_low"] for r in rs], float) * scale,
                             np.array([r["ci_high"] for r in rs], float) * scale, alpha=0.15)
-        ax.set_xlabel("request rate (req/s)")
+        ax.set_xlabel(RATE_AXIS.get(kind, RATE_AXIS["qps"]))
         ax.set_ylabel(label)
         ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
         ax.grid(alpha=0.3, which="both")
         ax.set_title(f"{scenario} ({cls})", fontsize=10)
     axes[0][0].legend(fontsize=7)

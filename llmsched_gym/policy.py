@@ -130,10 +130,18 @@ def make_policy(spec: "str | Policy", role: str | None = None, **kwargs) -> Poli
             known = ", ".join(k for k, v in registry.items() if role is None or v.role == role)
             raise ConfigError(f"unknown policy {name!r}" + (f" for role {role!r}" if role else "") + f"; known: {known}")
         factory = registry[name]
+        from .validation import check_call_kwargs
+
+        # Names and types against the constructor's signature (the error lists them).
+        kwargs = check_call_kwargs(f"policy {name!r}", factory, kwargs, label=name)
         try:
             policy = factory(**kwargs)
         except TypeError as e:
             raise ConfigError(f"policy {name!r}: bad parameters {kwargs}: {e}") from None
+        except ConfigError as e:  # a range check in the constructor: say whose
+            if type(e) is not ConfigError or str(e).startswith(("policy ", "agent")):
+                raise
+            raise ConfigError(f"policy {name!r}: {e}") from None
         policy.name = policy.name or name
     if role is not None and policy.role != role:
         raise ConfigError(f"policy {policy.name!r} is a {policy.role!r} policy, expected {role!r}")

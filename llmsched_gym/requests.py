@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ConfigError
 from .workload import Workload
 
 # Outcome codes (DESIGN 3.1). IN_FLIGHT covers every request not yet in a final state.
@@ -14,70 +13,46 @@ OUTCOME_NAMES = {IN_FLIGHT: "in_flight", FINISHED: "finished", REJECTED: "reject
 
 
 class RequestTable:
-    """Structure of arrays over the workload's requests.
+    """Per-request records of one cluster, as numpy views into the batched engine state.
 
-    Engine state of requests not running (running ones live in their instance):
-    ``generated`` (output tokens emitted so far, kept across preemptions) and ``units``
-    (cached unit keys each request references).
-    Records (DESIGN 3.1): dispatch, first-token and finish times, instance, prefix-hit
-    tokens, preemptions and outcome.
+    Fields (DESIGN 3.1 records): ``instance``, ``dispatch_t``, ``first_token_t``,
+    ``finish_t``, ``end_t`` (time the outcome became final), ``prefix_hit`` (cached
+    prompt tokens at first scheduling), ``scheduled_once``, ``preemptions``,
+    ``generated`` (output tokens emitted so far, kept across preemptions) and ``outcome``;
+    the workload's ``input``, ``output``, ``priority`` and ``arrival``. Views update as
+    the simulation runs.
     """
 
-    def __init__(self, workload: Workload, block_size: int):
-        n = len(workload)
+    def __init__(self, workload: Workload, block_size: int, state, c: int):
+        from .engine.layout import (
+            RF_DISPATCH, RF_END, RF_FINISH, RF_FIRST, RI_GENERATED, RI_INSTANCE, RI_OUTCOME, RI_PREEMPTIONS,
+            RI_PREFIX_HIT, RI_SCHEDULED,
+        )
+
+        r0, r1 = int(state.req_off[c]), int(state.req_off[c + 1])
+        ri, rf = state.req_i, state.req_f
         self.workload = workload
-        self.n = n
+        self.n = len(workload)
         self.block_size = block_size
         self.input = workload.input_tokens
         self.output = workload.output_tokens
         self.priority = workload.priority
         self.arrival = workload.arrival_s
-        self.generated = np.zeros(n, np.int64)
-        self.units: dict[int, list[int]] = {}
-        self.instance = np.full(n, -1, np.int64)
-        self.dispatch_t = np.full(n, np.nan)
-        self.first_token_t = np.full(n, np.nan)
-        self.finish_t = np.full(n, np.nan)
-        self.end_t = np.full(n, np.nan)  # time the outcome became final
-        self.prefix_hit = np.zeros(n, np.int64)
-        self.scheduled_once = np.zeros(n, bool)
-        self.preemptions = np.zeros(n, np.int64)
-        self.outcome = np.zeros(n, np.int8)
-        self._unit_cache: dict[int, tuple[list[int], list[int], list[int]]] = {}
-        G = workload.hash_block_tokens
-        if G and not (G % block_size == 0 or block_size % G == 0):
-            raise ConfigError(
-                f"hash_block_tokens={G} and block_size={block_size}: one must divide the other"
-            )
+        self.generated = ri[RI_GENERATED, r0:r1]
+        self.instance = ri[RI_INSTANCE, r0:r1]
+        self.prefix_hit = ri[RI_PREFIX_HIT, r0:r1]
+        self._scheduled = ri[RI_SCHEDULED, r0:r1]
+        self.preemptions = ri[RI_PREEMPTIONS, r0:r1]
+        self.outcome = ri[RI_OUTCOME, r0:r1]
+        self.dispatch_t = rf[RF_DISPATCH, r0:r1]
+        self.first_token_t = rf[RF_FIRST, r0:r1]
+        self.finish_t = rf[RF_FINISH, r0:r1]
+        self.end_t = rf[RF_END, r0:r1]
 
-    def units_of(self, r: int) -> tuple[list[int], list[int], list[int]]:
-        """Prefix units of request ``r``: (keys, full blocks per unit, token end of each unit).
-
-        A unit spans one hash id (``G >= block_size``) or one block (``G < block_size``,
-        keyed by the chain id of its last hash block). Only full blocks are cacheable.
-        """
-        got = self._unit_cache.get(r)
-        if got is not None:
-            return got
-        w, bs = self.workload, self.block_size
-        h = w.hashes(r)
-        n_in = int(self.input[r])
-        G = w.hash_block_tokens
-        if G == 0 or len(h) == 0:
-            out = ([], [], [])
-        else:
-            if G >= bs:
-                U, keys = G, h
-            else:
-                U = bs
-                idx = np.minimum((np.arange(-(-n_in // bs)) + 1) * (bs // G) - 1, len(h) - 1)
-                keys = h[idx]
-            starts = np.arange(len(keys), dtype=np.int64) * U
-            blocks = (np.minimum(starts + U, n_in) - starts).clip(min=0) // bs
-            n = int(np.argmin(blocks > 0)) if (blocks == 0).any() else len(blocks)
-            out = (keys[:n].tolist(), blocks[:n].tolist(), (starts[:n] + blocks[:n] * bs).tolist())
-        self._unit_cache[r] = out
-        return out
+    @property
+    def scheduled_once(self) -> np.ndarray:
+        """Whether each request was ever scheduled on an instance (bool)."""
+        return self._scheduled != 0
 
     def counts(self) -> dict[str, int]:
         """Requests per outcome; they always add up to the number of arrivals."""

@@ -27,7 +27,7 @@ from gymnasium.vector import AutoresetMode
 try:
     from stable_baselines3.common.vec_env import VecEnv
 except ImportError as e:  # pragma: no cover
-    raise ImportError("llmsched_gym.sb3 needs stable-baselines3: pip install 'llmsched-gym[rl]'") from e
+    raise ImportError('llmsched_gym.sb3 needs the [rl] extra (stable-baselines3): pip install -e ".[rl]"') from e
 
 
 class Sb3VecEnv(VecEnv):

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import yaml
 
 from .engine import EngineConfig
@@ -58,9 +57,14 @@ class TraceSource:
         if not p.is_absolute():
             p = Path(os.environ.get("LLMSCHED_TRACE_DIR", DEFAULT_TRACE_DIR)) / p
         if not p.exists():
+            from .trace_registry import locate  # a trace name, or a path under the download cache
+
+            found = None if Path(self.path).is_absolute() else locate(self.path)
+            if found is not None:
+                return found
             raise ConfigError(
-                f"trace file {p} not found; download it (see docs/scenarios.md) and set "
-                f"workload.trace.path or the LLMSCHED_TRACE_DIR environment variable"
+                f"trace file {p} not found; download it (`llmsched-gym traces list`, see docs/scenarios.md) and "
+                f"set workload.trace.path or the LLMSCHED_TRACE_DIR environment variable"
             )
         return p
 
@@ -78,6 +82,21 @@ class TraceSource:
 
 
 _TRACE_CACHE: dict[tuple, Workload] = {}
+_DIGESTS: dict[tuple, str] = {}
+
+
+def _file_digest(p: Path) -> str:
+    """SHA-256 of a file's content (memoized per path, size and mtime): the same trace
+    has the same fingerprint on every machine."""
+    st = p.stat()
+    key = (str(p), st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()[:16]
+    return _DIGESTS[key]
 
 
 @dataclass
@@ -148,6 +167,9 @@ class Scenario:
     # ------------------------------------------------------------------ building
     def build_workload(self, seed: int = 0) -> Workload:
         """The requests of this scenario for ``seed`` (same seed, same requests)."""
+        from .validation import check_seed
+
+        check_seed("seed", seed)
         qps = self.target_qps()
         factor = qps / self.base_rate()
         if isinstance(self.workload, TraceSource):
@@ -172,6 +194,11 @@ class Scenario:
         ``flow_control=None`` disables the gateway queue; leave it out to keep the
         scenario's default.
         """
+        from .validation import check_number, check_seed
+
+        check_seed("seed", seed)
+        if horizon_s is not ...:
+            check_number("horizon_s", horizon_s, gt=0, none_ok=True)
         g = replace(self.gateway, **gateway)
         if router is not None:
             g.router = router
@@ -207,9 +234,16 @@ class Scenario:
         """Hash of everything that determines capacity (cluster, workload shape, router)."""
         d = self.to_dict()
         d = {k: d[k] for k in ("cluster", "workload", "capacity_horizon_s")} | {"router": d["gateway"]["router"]}
+        # The run's own window (duration_s / num_requests) does not enter: capacity is
+        # measured over the scenario's capacity window whatever the run's length.
+        for spec in d["workload"].get("mixture", [d["workload"]]):
+            spec.pop("duration_s", None)
+            spec.pop("num_requests", None)
         if isinstance(self.workload, TraceSource):
-            p = self.workload.resolve()
-            d["trace_stat"] = [p.stat().st_size, int(p.stat().st_mtime)]
+            d["trace_sha256"] = _file_digest(self.workload.resolve())
+        from .capacity import METHOD
+
+        d["capacity_method"] = METHOD
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -257,6 +291,13 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
     unknown = set(overrides) - _OVERRIDES
     if unknown:
         raise ConfigError(f"unknown scenario override(s) {sorted(unknown)}; allowed: {', '.join(sorted(_OVERRIDES))}")
+    from .validation import check_scenario_overrides
+
+    check_scenario_overrides(overrides)  # types, ranges, finiteness (llmsched_gym/validation.py)
+    for k in ("duration_s", "num_requests"):
+        if k in overrides and isinstance(sc.workload, TraceSource):
+            raise ConfigError(f"{k}={overrides[k]!r} does not apply to {sc.name!r}, which replays a trace "
+                              "(use horizon_s, or the trace's limit)")
     rate = {k: overrides.pop(k) for k in ("qps", "load", "paper_qps") if overrides.get(k) is not None}
     for k in ("qps", "load", "paper_qps"):
         overrides.pop(k, None)
@@ -305,7 +346,24 @@ def _known(path: str, d, allowed) -> dict:
     return d
 
 
+def _yaml_rules() -> dict:
+    from .validation import CLUSTER_RULES, ENGINE_RULES, GATEWAY_RULES
+
+    return {"ClusterConfig": CLUSTER_RULES, "EngineConfig": ENGINE_RULES, "GatewayConfig": GATEWAY_RULES,
+            "TraceSource": {"limit": {"integer": True, "ge": 1, "none_ok": True},
+                            "critical_share": {"ge": 0, "le": 1, "none_ok": True}}}
+
+
 def _build(path: str, cls, d: dict):
+    from .validation import check_fields, check_kv_blocks, check_policy_ref
+
+    check_fields(path, cls, {k: v for k, v in d.items() if k != "engine"}, _yaml_rules().get(cls.__name__, {}),
+                 skip=("kv_blocks", "router", "admission", "flow_control"))
+    if cls is ClusterConfig and "kv_blocks" in d:
+        check_kv_blocks(f"{path}.kv_blocks", d["kv_blocks"])
+    if cls is GatewayConfig:
+        for k in set(d) & {"router", "admission", "flow_control"}:
+            check_policy_ref(f"{path}.{k}", d[k], none_ok=k != "router")
     try:
         return cls(**d)
     except ConfigError as e:
@@ -316,10 +374,13 @@ def _build(path: str, cls, d: dict):
 
 def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
     """Build and validate a scenario from a dict (the YAML schema); errors name the field."""
+    from .validation import check_name, check_number
+
     _known(source, d, _TOP_KEYS)
     for req in ("name", "cluster", "workload"):
         if req not in d:
             raise ConfigError(f"{source}: missing required field {req!r}")
+    check_name(f"{source}.name", d["name"], what="a scenario name")
     cl = dict(_known(f"{source}.cluster", d["cluster"], {f.name for f in fields(ClusterConfig)}))
     if "engine" in cl:
         cl["engine"] = _build(f"{source}.cluster.engine",
@@ -333,8 +394,11 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
     if isinstance(wl, dict) and "trace" in wl:
         _known(f"{source}.workload", wl, {"trace"})
         tr = _known(f"{source}.workload.trace", wl["trace"], {f.name for f in fields(TraceSource)})
+        from .trace_registry import TRACES
         from .traces import TRACE_FORMATS
 
+        if "format" not in tr and tr.get("path") in TRACES:  # a trace by name carries its format
+            tr = {**tr, "format": TRACES[tr["path"]].format}
         if tr.get("format") not in TRACE_FORMATS:
             raise ConfigError(f"{source}.workload.trace.format={tr.get('format')!r} is not known; allowed: {', '.join(TRACE_FORMATS)}")
         workload = _build(f"{source}.workload.trace", TraceSource, tr)
@@ -343,7 +407,12 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
         workload = [WorkloadSpec.from_dict(w, f"{source}.workload.mixture[{i}]") for i, w in enumerate(wl["mixture"])]
     else:
         workload = WorkloadSpec.from_dict(wl, f"{source}.workload")
-    gw = _known(f"{source}.gateway", d.get("gateway", {}) or {}, {f.name for f in fields(GatewayConfig)})
+    gw = d.get("gateway", {}) or {}
+    if isinstance(gw, dict) and "epp_config" in gw:  # an llm-d EndpointPickerConfig (docs/epp.md)
+        from .epp import gateway_from_yaml
+
+        gw = gateway_from_yaml(gw, source)
+    gw = _known(f"{source}.gateway", gw, {f.name for f in fields(GatewayConfig)} | {"epp_config"})
     gateway = _build(f"{source}.gateway", GatewayConfig, gw)
     from .policy import make_policy
 
@@ -354,23 +423,23 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
                 make_policy(spec, role)
             except ConfigError as e:
                 raise ConfigError(f"{source}.gateway.{key}: {e}") from None
+    for k in ("horizon_s", "published_capacity_qps", "capacity_horizon_s"):
+        check_number(f"{source}.{k}", d.get(k), gt=0, none_ok=True)
+    default_rate = _known(f"{source}.default_rate", d.get("default_rate") or {}, {"qps", "load", "paper_qps"})
+    if len(default_rate) > 1:
+        raise ConfigError(f"{source}.default_rate: give at most one of qps, load, paper_qps")
+    for k, v in default_rate.items():
+        check_number(f"{source}.default_rate.{k}", v, gt=0)
     sc = Scenario(name=str(d["name"]), description=str(d.get("description", "")), cluster=cluster,
                   workload=workload, gateway=gateway, horizon_s=d.get("horizon_s"),
                   published_capacity_qps=d.get("published_capacity_qps"),
-                  default_rate=dict(d.get("default_rate") or {}),
+                  default_rate=dict(default_rate),
                   capacity_horizon_s=float(d.get("capacity_horizon_s", 120.0)))
-    for k in ("horizon_s", "published_capacity_qps", "capacity_horizon_s"):
-        if getattr(sc, k) is not None:
-            check_nonnegative(f"{source}.{k}", getattr(sc, k), strict=True)
-    _known(f"{source}.default_rate", sc.default_rate, {"qps", "load", "paper_qps"})
     rate = {k: d[k] for k in ("qps", "load", "paper_qps") if d.get(k) is not None}
     if len(rate) > 1:
         raise ConfigError(f"{source}: give at most one of qps, load, paper_qps")
     for k, v in rate.items():
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            raise ConfigError(f"{source}.{k}={v!r} is invalid; it must be a number > 0")
-        check_nonnegative(f"{source}.{k}", v, strict=True)
-        setattr(sc, k, float(v))
+        setattr(sc, k, check_number(f"{source}.{k}", v, gt=0))
     return sc
 
 
@@ -382,89 +451,36 @@ def load_scenario(path: "str | os.PathLike") -> Scenario:
     try:
         d = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
-        raise ConfigError(f"{p}: not valid YAML: {e}") from None
+        raise ConfigError(f"{p}: not valid YAML: {' '.join(str(e).split())}") from None
     return scenario_from_dict(d, source=str(p))
 
 
 # ====================================================================== capacity
-_CAPACITY_CACHE: dict[str, float] = {}
-
-
-def _cache_file() -> Path:
-    root = os.environ.get("LLMSCHED_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "llmsched-gym")
-    return Path(root) / "capacity.json"
-
-
 def is_stable(scenario: Scenario, qps: float, seed: int = 0) -> tuple[bool, int]:
-    """Whether queues stay bounded at ``qps``: run the arrival window and count the
-    requests still waiting for their first token when it ends.
+    """Whether ``scenario`` sustains ``qps`` in steady state (the criterion of
+    :mod:`llmsched_gym.capacity`: over the second half of the capacity window,
+    delivered throughput keeps up with the offered rate and the number of requests
+    waiting for a first token does not grow). Returns ``(stable, waiting at the end)``;
+    :func:`llmsched_gym.capacity.steady_state` has the figures."""
+    from .capacity import steady_state
 
-    Bounded means that backlog is at most ``max(4 x instances, 5% of arrivals)``; a rate
-    5% above capacity accumulates about that many over the window. Returns
-    ``(stable, backlog)``.
-    """
-    sc = scenario.at_rate(qps)
-    window = scenario.capacity_horizon_s
-    for s in sc.specs:
-        s.duration_s, s.num_requests = window, None
-    w = sc.build_workload(seed)
-    if isinstance(sc.workload, TraceSource):
-        w = w.subset(w.arrival_s - w.arrival_s[0] <= window)
-    sim = sc.simulator(seed, flow_control=None, admission="always-admit", workload=w,
-                       horizon_s=float(w.arrival_s[-1]) if len(w) else 0.0)
-    sim.run()
-    t = sim.table
-    arrived = np.arange(t.n) < sim._arrival_ptr
-    backlog = int((arrived & np.isnan(t.first_token_t) & (t.outcome == 0)).sum())
-    return backlog <= max(4 * sc.cluster.instances, 0.05 * arrived.sum()), backlog
+    check = steady_state(scenario, qps, seed)
+    return check.stable, check.waiting_end
 
 
 def measure_capacity(scenario: Scenario, *, rel_tol: float = 0.02, seed: int = 0, use_cache: bool = True) -> float:
-    """Highest request rate (req/s) at which queues stay bounded (see :func:`is_stable`).
+    """Highest request rate (req/s) the cluster sustains in steady state (see
+    :func:`is_stable` and docs/scenarios.md, "Rates and capacity").
 
-    Deterministic bisection over the rate (geometric), using the scenario's default
-    router and no flow control. Results are cached in memory and in
-    ``~/.cache/llmsched-gym/capacity.json`` (``LLMSCHED_CACHE_DIR``) per scenario
-    fingerprint, so "50% load" costs one measurement per scenario and machine.
+    Deterministic doubling and geometric bisection, with the scenario's default router
+    and no flow control. Built-in scenarios read it from the table shipped with the
+    package; others measure once per scenario fingerprint and machine and cache it in
+    memory and in ``~/.cache/llmsched-gym/capacity.json`` (``LLMSCHED_CACHE_DIR``).
+    :func:`llmsched_gym.capacity.capacity_record` says how it was found.
     """
-    key = f"{scenario.fingerprint()}:{rel_tol}:{seed}"
-    if use_cache and key in _CAPACITY_CACHE:
-        return _CAPACITY_CACHE[key]
-    path = _cache_file()
-    if use_cache and path.exists():
-        try:
-            disk = json.loads(path.read_text())
-        except (OSError, ValueError):
-            disk = {}
-        if key in disk:
-            _CAPACITY_CACHE[key] = float(disk[key])
-            return _CAPACITY_CACHE[key]
-    lo, hi = 0.0, max(scenario.base_rate(), 1e-3)
-    while is_stable(scenario, hi, seed)[0]:
-        lo, hi = hi, hi * 2
-        if hi > 1e6:
-            raise ConfigError(f"scenario {scenario.name!r}: capacity above 1e6 req/s; is the cluster unbounded?")
-    while lo == 0.0:
-        if is_stable(scenario, hi / 2, seed)[0]:
-            lo = hi / 2
-        else:
-            hi /= 2
-            if hi < 1e-4:
-                raise ConfigError(f"scenario {scenario.name!r}: no stable rate above 1e-4 req/s")
-    while hi / lo - 1 > rel_tol:
-        mid = float(np.sqrt(lo * hi))
-        lo, hi = (mid, hi) if is_stable(scenario, mid, seed)[0] else (lo, mid)
-    cap = float(lo)
-    _CAPACITY_CACHE[key] = cap
-    if use_cache:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            disk = json.loads(path.read_text()) if path.exists() else {}
-            disk[key] = cap
-            path.write_text(json.dumps(disk, indent=1, sort_keys=True))
-        except (OSError, ValueError):
-            pass  # a read-only home only loses the disk cache
-    return cap
+    from .capacity import capacity_record
+
+    return float(capacity_record(scenario, rel_tol=rel_tol, seed=seed, use_cache=use_cache)["qps"])
 
 
 def _load_builtin() -> None:

@@ -11,17 +11,23 @@ how the Routing environment hands decisions to an agent.
 
 from __future__ import annotations
 
-import heapq
 import time as _time
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .engine import EngineConfig, Instance
-from .errors import ConfigError, PolicyError, check_nonnegative
+from .engine import EngineConfig
+from .engine.layout import (
+    BQ_HEAD, BQ_LEN, CF_A0, CF_F0, CF_NEXT_CYCLE, CF_NOW, CF_R0, CF_SATURATION, CF_STATIONARY, CI_ACTIVE,
+    CI_ADMIT, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_LOG_FINISH, CI_LOG_LEN, CI_PENDING, CI_PTR, CI_ROUTER,
+    CI_STATUS, IF_SCR_KV, IF_SCRAPE_T, II_INFLIGHT, II_ITERS, II_QPREFILL, II_SCR_RUNNING, II_SCR_WAITING,
+    II_TOTAL, RF_ENQUEUED, ROUTER_PY, ST_ADMIT, ST_ROUTE, ST_TIME, STATUS_NAMES,
+)
+from .engine.policies import lower_policies
+from .engine.state import ClusterInputs, EngineState
+from .errors import ConfigError, PolicyError
 from .policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, make_policy
-from .requests import DROPPED, EXPIRED, REJECTED, RequestTable
+from .requests import RequestTable
 from .view import RequestInfo, RouterView
 from .workload import Workload
 
@@ -58,13 +64,9 @@ class ClusterConfig:
     scrape_interval_s: float = 0.05
 
     def __post_init__(self) -> None:
-        check_nonnegative("cluster.instances", self.instances, strict=True)
-        check_nonnegative("cluster.tp", self.tp, strict=True)
-        check_nonnegative("cluster.scrape_interval_s", self.scrape_interval_s)
-        if isinstance(self.kv_blocks, str) and self.kv_blocks != "unlimited":
-            raise ConfigError(f"cluster.kv_blocks={self.kv_blocks!r} is invalid; use an integer > 0 or 'unlimited'")
-        if isinstance(self.kv_blocks, (int, np.integer)):
-            check_nonnegative("cluster.kv_blocks", self.kv_blocks, strict=True)
+        from .validation import check_cluster
+
+        check_cluster(self)  # types, ranges and the engine's fields (llmsched_gym/validation.py)
         if isinstance(self.engine, dict):
             self.engine = EngineConfig(**self.engine)
 
@@ -108,13 +110,13 @@ class GatewayConfig:
     dispatch_interval_s: float = 0.001
 
     def __post_init__(self) -> None:
-        check_nonnegative("gateway.ttl_s", self.ttl_s, strict=True)
-        check_nonnegative("gateway.band_capacity", self.band_capacity, strict=True)
-        check_nonnegative("gateway.dispatch_interval_s", self.dispatch_interval_s, strict=True)
+        from .validation import check_gateway
+
+        check_gateway(self)  # policy references, types and ranges (llmsched_gym/validation.py)
 
 
 class Simulator:
-    """One cluster serving one workload.
+    """One cluster serving one workload, simulated by the compiled engine.
 
     Args:
         workload: the requests (see :class:`~llmsched_gym.workload.Workload`).
@@ -122,10 +124,16 @@ class Simulator:
         gateway: a :class:`GatewayConfig`.
         seed: seeds the gateway's generator (policies' randomness).
         horizon_s: stop at this simulated time; requests still running are ``in_flight``.
+
+    Several simulators can share one batched state (:func:`simulate_batch`, the vector
+    environments); a simulator alone is a batch of one. Built-in policies run inside the
+    compiled loop; any other policy (or ``router="external"``) is asked in Python at the
+    moment of its decision, with the same view and the same random generator.
     """
 
     def __init__(self, workload: Workload, cluster: ClusterConfig | None = None,
-                 gateway: GatewayConfig | None = None, seed: int = 0, horizon_s: float | None = None):
+                 gateway: GatewayConfig | None = None, seed: int = 0, horizon_s: float | None = None,
+                 *, batch: bool = True):
         self.workload = workload
         self.cluster = cluster = cluster or ClusterConfig()
         self.gateway = gateway = gateway or GatewayConfig()
@@ -133,14 +141,9 @@ class Simulator:
         self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.latency = cluster.make_latency()
-        self.table = RequestTable(workload, cluster.engine.block_size)
-        blocks = cluster.total_blocks()
         I = cluster.instances
-        self.instances = [Instance(i, self.table, cluster.engine, blocks, self.latency,
-                                   self._on_finish, self._on_prefill_done) for i in range(I)]
-        self.next_t = np.full(I, np.inf)  # mirrors Instance.next_t for argmin
-        self.kv_blocks = np.full(I, blocks, np.int64)
 
+        self.state: EngineState | None = None
         self.external_router = gateway.router == EXTERNAL
         self.router: RoutingPolicy | None = None if self.external_router else make_policy(gateway.router, "routing")
         self.admission: AdmissionPolicy = make_policy(gateway.admission, "admission")
@@ -153,44 +156,69 @@ class Simulator:
         # Bands: one FCFS queue per priority present in the workload, highest first.
         self.band_priorities = tuple(sorted({int(p) for p in np.unique(workload.priority)}, reverse=True)) or (0,)
         self.band_of = {p: b for b, p in enumerate(self.band_priorities)}
-        self.bands: list[deque[int]] = [deque() for _ in self.band_priorities]
-        self.enqueued_t = np.full(len(workload), np.nan)
-        band_lookup = np.vectorize(self.band_of.__getitem__, otypes=[np.int64])
-        self._band_index = band_lookup(workload.priority) if len(workload) else np.zeros(0, np.int64)
-
-        # Scraped metrics and router-local counters (DESIGN 3.4).
-        self.scraped_waiting = np.zeros(I, np.int64)
-        self.scraped_running = np.zeros(I, np.int64)
-        self.scraped_kv = np.zeros(I)
-        self.scrape_t = np.zeros(I)
-        self.saturation = 0.0
-        self.in_flight = np.zeros(I, np.int64)
-        self.queued_prefill = np.zeros(I, np.int64)
-        self.prefill_estimate = np.zeros(len(workload), np.int64)
+        lookup = np.array(self.band_priorities)
+        self._band_index = (np.searchsorted(-lookup, -workload.priority) if len(workload)
+                            else np.zeros(0, np.int64)).astype(np.int64)
         self.expected_output = float(workload.output_tokens.mean()) if len(workload) else 0.0
-
-        self.now = 0.0
-        self._arrival_ptr = 0
-        self._eligible: list[tuple[float, int, int]] = []  # (time, request, instance)
-        self._next_scrape = 0.0
-        self._next_cycle = np.inf
-        self.pending_route: int | None = None  # request awaiting an external routing decision
-        self.pending_info: RequestInfo | None = None
-        self._active = 0  # requests admitted and not final
+        self.pending_info: RequestInfo | None = None  # the request of the latest routing decision
         self.wall_seconds = 0.0
+        self.inputs = ClusterInputs(
+            workload=workload, band_index=self._band_index, num_bands=len(self.band_priorities), instances=I,
+            kv_blocks=cluster.total_blocks(), engine=cluster.engine, latency=self.latency,
+            scrape_interval_s=cluster.scrape_interval_s, ttl_s=gateway.ttl_s, band_capacity=gateway.band_capacity,
+            dispatch_interval_s=gateway.dispatch_interval_s, horizon_s=self.horizon,
+            expected_output=self.expected_output, rng=self.rng)
+        if batch:
+            SimulatorBatch([self])
+
+    def _attach(self, state: EngineState, c: int) -> None:
+        """Bind to cluster ``c`` of a batched state (called by :class:`SimulatorBatch`)."""
+        self.state, self.c = state, c
+        self.r0 = int(state.req_off[c])
+        i0, i1 = int(state.inst_off[c]), int(state.inst_off[c + 1])
+        ci, cf = state.clu_i, state.clu_f
+        self._ci, self._cf = ci[:, c], cf[:, c]  # this cluster's scalars (views)
+        codes = lower_policies(self.router, self.flow, self.admission)
+        ci[CI_ROUTER, c], ci[CI_FLOW, c], ci[CI_ADMIT, c] = codes.router, codes.flow, codes.admission
+        cf[CF_R0, c] = codes.router_params[0] if codes.router_params else 0.0
+        for k, v in enumerate(codes.flow_params):
+            cf[CF_F0 + k, c] = v
+        for k, v in enumerate(codes.admission_params):
+            cf[CF_A0 + k, c] = v
+        self._python_router = codes.router == ROUTER_PY and not self.external_router
+        self.router = self.router  # Python routers hear of finishes (see the setter)
+        self.table = RequestTable(self.workload, self.cluster.engine.block_size, state, c)
+        I = i1 - i0
+        ii, inf = state.inst_i, state.inst_f
+        self.in_flight, self.queued_prefill = ii[II_INFLIGHT, i0:i1], ii[II_QPREFILL, i0:i1]
+        self.kv_blocks = ii[II_TOTAL, i0:i1].copy()
+        self._scrape_t = inf[IF_SCRAPE_T, i0:i1]
         self.view = RouterView(
-            now=0.0, num_instances=I, waiting=self.scraped_waiting, running=self.scraped_running,
-            kv_util=self.scraped_kv, metrics_age_s=np.zeros(I), in_flight=self.in_flight,
+            now=0.0, num_instances=I, waiting=ii[II_SCR_WAITING, i0:i1], running=ii[II_SCR_RUNNING, i0:i1],
+            kv_util=inf[IF_SCR_KV, i0:i1], metrics_age_s=np.zeros(I), in_flight=self.in_flight,
             queued_prefill_tokens=self.queued_prefill, saturation=0.0,
             prefix_hit_tokens=self.prefix_hit_tokens, latency_model=self.latency,
-            engine=cluster.engine, kv_blocks=self.kv_blocks, rng=self.rng,
-            band_priorities=self.band_priorities, band_lengths=np.zeros(len(self.bands), np.int64),
-            band_oldest_wait_s=np.zeros(len(self.bands)), arrivals_since=self.arrivals_since,
+            engine=self.cluster.engine, kv_blocks=self.kv_blocks, rng=self.rng,
+            band_priorities=self.band_priorities, band_lengths=np.zeros(len(self.band_priorities), np.int64),
+            band_oldest_wait_s=np.zeros(len(self.band_priorities)), arrivals_since=self.arrivals_since,
         )
         for p in (self.router, self.admission, self.flow):
             if p is not None:
                 p.bind(self.view)
-        self._scrape(0.0)
+        state.scrape(c, 0.0)
+
+    @property
+    def router(self) -> RoutingPolicy | None:
+        """The routing policy; with an external router, a policy set here (an environment's
+        observer) still receives the ``on_dispatch`` / ``on_finish`` hooks."""
+        return self._router
+
+    @router.setter
+    def router(self, policy: RoutingPolicy | None) -> None:
+        self._router = policy
+        if self.state is not None:  # a compiled router keeps its own books
+            hooks = policy is not None and (self._python_router or self.external_router)
+            self._ci[CI_LOG_FINISH] = int(hooks)
 
     # ================================================================ public API
     def run(self) -> "Simulator":
@@ -201,9 +229,29 @@ class Simulator:
         return self
 
     @property
+    def now(self) -> float:
+        """Simulated time, seconds."""
+        return float(self._cf[CF_NOW])
+
+    @property
+    def arrived(self) -> int:
+        """Requests that have arrived at the gateway so far (a prefix of the workload)."""
+        return int(self._ci[CI_PTR])
+
+    @property
     def done(self) -> bool:
         """No request left to arrive or in the system."""
-        return self._arrival_ptr >= len(self.workload) and self._active == 0
+        return self.arrived >= len(self.workload) and self._ci[CI_ACTIVE] == 0
+
+    @property
+    def pending_route(self) -> int | None:
+        """The request awaiting an external routing decision, if any."""
+        return int(self._ci[CI_PENDING]) - self.r0 if self._ci[CI_STATUS] == ST_ROUTE else None
+
+    @property
+    def saturation(self) -> float:
+        """The saturation detector's value as of the last scrape."""
+        return float(self._cf[CF_SATURATION])
 
     def advance(self, until: float = np.inf) -> str:
         """Run events up to time ``until`` (capped at the horizon).
@@ -212,21 +260,17 @@ class Simulator:
         (``pending_route`` is set), ``"done"`` when the workload has drained,
         ``"horizon"`` at the horizon, else ``"time"``.
         """
-        if self.pending_route is not None:
-            return "route"
         start = _time.perf_counter()
         try:
-            return self._loop(min(until, self.horizon))
+            return SimulatorBatch.advance_clusters(self.state, {self.c: self}, [self.c], until)[0]
         finally:
             self.wall_seconds += _time.perf_counter() - start
 
     def route(self, instance: int) -> None:
         """Answer the pending external routing decision with ``instance``."""
-        r = self.pending_route
-        if r is None:
+        if self.pending_route is None:
             raise PolicyError("no routing decision is pending")
-        self.pending_route = None
-        self._dispatch_to(self.pending_info, instance, "external router")
+        self._route_to(self.pending_info, instance, "external router")
 
     def wake_dispatch(self) -> None:
         """Run a dispatch cycle at ``now`` if anything is queued.
@@ -235,8 +279,8 @@ class Simulator:
         FlowControl environment): a blocked gateway otherwise sleeps until the next
         scrape when its policy is stationary.
         """
-        if self.flow is not None and any(self.bands):
-            self._next_cycle = min(self._next_cycle, self.now)
+        if self.flow is not None and self.state.bq[BQ_LEN, self.c].any():
+            self._cf[CF_NEXT_CYCLE] = min(self._cf[CF_NEXT_CYCLE], self.now)
 
     def request_info(self, r: int) -> RequestInfo:
         w = self.workload
@@ -249,181 +293,145 @@ class Simulator:
 
     def prefix_hit_tokens(self, request: RequestInfo) -> np.ndarray:
         """Precise prefix hit of ``request`` on every instance (cached prompt tokens)."""
-        units = self.table.units_of(request.id)
-        if not units[0]:
-            return np.zeros(len(self.instances), np.int64)
-        return np.array([inst.cache.cached_tokens(*units) for inst in self.instances], np.int64)
+        return self.state.cached_tokens(self.c, self.r0 + request.id)
+
+    def fits(self, r: int) -> np.ndarray:
+        """Whether request ``r`` can ever run on each instance (else it would be dropped)."""
+        return self.state.fits(self.c, self.r0 + r)
+
+    def kv_used(self) -> np.ndarray:
+        """Referenced KV blocks per instance now."""
+        return self.state.kv_used(self.c)
+
+    @property
+    def iterations(self) -> np.ndarray:
+        """Engine iterations run per instance so far."""
+        i0, i1 = self.state.inst_off[self.c], self.state.inst_off[self.c + 1]
+        return self.state.inst_i[II_ITERS, i0:i1]
 
     def arrivals_since(self, t: float) -> np.ndarray:
         """Arrivals at the gateway per band (band 0 highest) after time ``t`` until now."""
-        ptr = self._arrival_ptr
+        ptr = self.arrived
         lo = int(np.searchsorted(self.workload.arrival_s[:ptr], t, side="right"))
-        return np.bincount(self._band_index[lo:ptr], minlength=len(self.bands))
+        return np.bincount(self._band_index[lo:ptr], minlength=len(self.band_priorities))
 
     def current_view(self) -> RouterView:
         """The router's view now (scraped metrics as of the last scrape)."""
         v = self.view
-        v.now = self.now
+        v.now = now = self.now
         v.saturation = self.saturation
-        v.metrics_age_s[:] = self.now - self.scrape_t
-        for b, q in enumerate(self.bands):
-            v.band_lengths[b] = len(q)
-            v.band_oldest_wait_s[b] = self.now - self.enqueued_t[q[0]] if q else 0.0
+        v.metrics_age_s[:] = now - self._scrape_t
+        bq = self.state.bq
+        for b in range(len(self.band_priorities)):
+            n = bq[BQ_LEN, self.c, b]
+            v.band_lengths[b] = n
+            v.band_oldest_wait_s[b] = now - self.state.req_f[RF_ENQUEUED, bq[BQ_HEAD, self.c, b]] if n else 0.0
         return v
 
-    # ================================================================ event loop
-    def _loop(self, until: float) -> str:
-        arrivals = self.workload.arrival_s
-        n_req = len(arrivals)
-        next_t = self.next_t
-        interval = self.cluster.scrape_interval_s
-        while True:
-            i = int(next_t.argmin())
-            t_inst = next_t[i]
-            t_elig = self._eligible[0][0] if self._eligible else np.inf
-            t_arr = arrivals[self._arrival_ptr] if self._arrival_ptr < n_req else np.inf
-            t = min(t_elig, t_inst, t_arr, self._next_cycle)
-            if interval > 0 and self._next_scrape <= min(t, until):
-                # State is constant between events (up to KV growth inside decode
-                # segments, which kv_used_at accounts for), so of all the scrape ticks
-                # before the next event only the last one needs to be taken.
-                tick = self._next_scrape + interval * np.floor((min(t, until) - self._next_scrape) / interval)
-                self._scrape(tick)
-                self._next_scrape = tick + interval
-            if t > until or t == np.inf:
-                if self.done:
-                    return "done"
-                self.now = until if until < np.inf else self.now
-                return "horizon" if until >= self.horizon else "time"
-            self.now = t
-            if t_elig == t:
-                _, r, j = heapq.heappop(self._eligible)
-                self.instances[j].enqueue(r, t)
-                next_t[j] = self.instances[j].next_t
-            elif t_inst == t:
-                inst = self.instances[i]
-                inst.complete()
-                next_t[i] = inst.next_t
-                if interval == 0:
-                    self._scrape(t)
-            elif t_arr == t:
-                self._arrive(self._arrival_ptr, t)
-                self._arrival_ptr += 1
-            else:
-                self._dispatch_cycle(t)
-            if self.pending_route is not None:
-                return "route"
-            if self.done:
-                return "done"
+    # ================================================================ decisions taken in Python
+    def _serve(self) -> None:
+        """Answer the pause of a Python policy (admission, usage limits or routing)."""
+        st = self._ci[CI_STATUS]
+        r = int(self._ci[CI_PENDING]) - self.r0
+        if st == ST_ROUTE:
+            self._replay_finishes()
+            info = self.pending_info
+            self._route_to(info, self.router.route(info, self.current_view()), self.router.name)
+        elif st == ST_ADMIT:
+            self._ci[CI_DECISION] = int(bool(self.admission.admit(self.request_info(r), self.current_view())))
+            self._ci[CI_HAS_DECISION] = 1
+        else:  # ST_CEILINGS
+            s = self.saturation
+            self.current_view()
+            nb = len(self.band_priorities)
+            self.state.ceil_ext[self.c, :nb] = self.flow.ceilings(s, nb)
+            self._cf[CF_STATIONARY] = float(bool(self.flow.stationary(s)))
+            self._ci[CI_HAS_DECISION] = 1
 
-    # ================================================================ gateway
-    def _scrape(self, t: float) -> None:
-        for i, inst in enumerate(self.instances):
-            self.scraped_waiting[i] = len(inst.waiting) + inst.pending
-            self.scraped_running[i] = inst.num_running
-            self.scraped_kv[i] = inst.kv_used_at(t) / inst.cache.total
-        self.scrape_t[:] = t
-        self.saturation = float(np.maximum(self.scraped_waiting / 5.0, self.scraped_kv / 0.8).mean())
-
-    def _arrive(self, r: int, t: float) -> None:
-        table = self.table
-        info = self.request_info(r)
-        if not self.admission.admit(info, self.current_view()):
-            self._final(r, t, REJECTED)
-            return
-        self._active += 1
-        if self.flow is None:
-            self._dispatch(r, info)
-            return
-        b = self.band_of[int(table.priority[r])]
-        if len(self.bands[b]) >= self.gateway.band_capacity:
-            self._active -= 1
-            self._final(r, t, REJECTED)
-            return
-        self.bands[b].append(r)
-        self.enqueued_t[r] = t
-        self._next_cycle = min(self._next_cycle, t)  # a cycle runs after every enqueue
-
-    def _expire(self, t: float) -> None:
-        ttl = self.gateway.ttl_s
-        for q in self.bands:
-            while q and self.enqueued_t[q[0]] + ttl <= t:
-                r = q.popleft()
-                self._active -= 1
-                self._final(r, self.enqueued_t[r] + ttl, EXPIRED)
-
-    def _dispatch_cycle(self, t: float) -> None:
-        """One cycle of DESIGN 4's dispatch loop: at most one dispatch."""
-        self._expire(t)
-        s = self.saturation
-        self.current_view()  # bound policies read it
-        ceilings = self.flow.ceilings(s, len(self.bands))
-        blocked = False
-        for b, q in enumerate(self.bands):
-            if s >= ceilings[b]:
-                blocked = True
-                break
-            if q:
-                r = q.popleft()
-                self._dispatch(r, self.request_info(r))
-                break
-        if not any(self.bands):
-            self._next_cycle = np.inf
-        elif blocked and self.flow.stationary(s) and self.cluster.scrape_interval_s > 0:
-            # Nothing changes until the saturation does, i.e. until the next scrape,
-            # unless a queued request expires first.
-            oldest = min(self.enqueued_t[q[0]] for q in self.bands if q) + self.gateway.ttl_s
-            self._next_cycle = max(t + self.gateway.dispatch_interval_s, min(self._next_scrape, oldest))
-        else:
-            self._next_cycle = t + self.gateway.dispatch_interval_s
-
-    def _dispatch(self, r: int, info: RequestInfo) -> None:
-        if self.external_router:
-            self.pending_route, self.pending_info = r, info
-            return
-        choice = self.router.route(info, self.current_view())
-        self._dispatch_to(info, choice, self.router.name)
-
-    def _dispatch_to(self, info: RequestInfo, choice, who: str) -> None:
-        I = len(self.instances)
+    def _route_to(self, info: RequestInfo, choice, who: str) -> None:
+        I = self.cluster.instances
         if isinstance(choice, (bool, np.bool_)) or not isinstance(choice, (int, np.integer)) or not 0 <= choice < I:
             raise PolicyError(f"routing policy {who!r} returned {choice!r}; expected an instance index in [0, {I - 1}]")
         i = int(choice)
-        t, r = self.now, info.id
-        table = self.table
-        inst = self.instances[i]
-        table.dispatch_t[r] = t
-        table.instance[r] = i
-        if not inst.fits(r):
-            self._active -= 1
-            self._final(r, t, DROPPED)
-            return
-        est = int(table.input[r] - inst.cache.cached_tokens(*table.units_of(r)))
-        self.prefill_estimate[r] = est
-        self.queued_prefill[i] += est
-        self.in_flight[i] += 1
-        if self.router is not None:
+        self._ci[CI_STATUS] = ST_TIME
+        if self.state.dispatch_to(self.c, self.r0 + info.id, i) and self._ci[CI_LOG_FINISH]:
             self.router.on_dispatch(info, i, self.current_view())
-        inst.pending += 1
-        delay = float(self.latency.arrival_delay_us(table.input[r : r + 1])[0]) * 1e-6
-        heapq.heappush(self._eligible, (t + delay, r, i))
 
-    def _on_finish(self, r: int, t: float, outcome: int) -> None:
-        """Engine callback: request ``r`` left its instance at ``t``."""
-        i = int(self.table.instance[r])
-        self.in_flight[i] -= 1
-        self.queued_prefill[i] -= self.prefill_estimate[r]
-        self.prefill_estimate[r] = 0
-        self._active -= 1
-        self._final(r, t, outcome)
-        if self.router is not None:
-            self.router.on_finish(r, i)
+    def _replay_finishes(self) -> None:
+        """Tell a Python router of the finishes since its last decision, in order."""
+        n = int(self._ci[CI_LOG_LEN])
+        if n and self._router is not None:
+            ids = self.state.log[self.r0:self.r0 + n] - self.r0
+            inst = self.table.instance[ids]
+            self._ci[CI_LOG_LEN] = 0
+            for r, i in zip(ids.tolist(), inst.tolist()):
+                self.router.on_finish(r, i)
 
-    def _on_prefill_done(self, ids: np.ndarray) -> None:
-        """Engine callback: these requests emitted their first token (prefill done)."""
-        np.subtract.at(self.queued_prefill, self.table.instance[ids], self.prefill_estimate[ids])
-        self.prefill_estimate[ids] = 0
 
-    def _final(self, r: int, t: float, outcome: int) -> None:
-        self.table.outcome[r] = outcome
-        self.table.end_t[r] = t
+class SimulatorBatch:
+    """Several simulators advanced by one compiled call over shared arrays.
+
+    Args:
+        sims: simulators built with ``batch=False``; each is bound to one cluster of the
+            batch and stays usable on its own (``sim.run()``, ``sim.advance``).
+    """
+
+    def __init__(self, sims: list[Simulator]):
+        self.sims = list(sims)
+        self.state = EngineState([s.inputs for s in self.sims])
+        for c, s in enumerate(self.sims):
+            s._attach(self.state, c)
+
+    def run(self) -> "SimulatorBatch":
+        """Simulate every cluster until it drains or reaches its horizon."""
+        if any(s.external_router for s in self.sims):
+            raise ConfigError("router='external' needs decisions via Simulator.route(); use advance()")
+        start = _time.perf_counter()
+        self.advance_clusters(self.state, dict(enumerate(self.sims)), list(range(len(self.sims))), np.inf)
+        wall = _time.perf_counter() - start
+        for s in self.sims:
+            s.wall_seconds += wall / len(self.sims)
+        return self
+
+    @staticmethod
+    def advance_clusters(state: EngineState, sims: dict, clusters: list[int], until) -> list[str]:
+        """Advance ``clusters`` of ``state`` to ``until`` (a time or one per cluster), answering
+        Python policies' pauses; returns each cluster's status name."""
+        C = state.num_clusters
+        active = np.zeros(C, bool)
+        active[clusters] = True
+        ends = np.full(C, np.inf)
+        ends[clusters] = until
+        ci = state.clu_i
+        while True:
+            state.advance(active, ends)
+            st = ci[CI_STATUS]
+            served = np.zeros(C, bool)
+            for c in np.flatnonzero(active & (st >= ST_ROUTE)).tolist():
+                sim = sims[c]
+                if st[c] == ST_ROUTE:
+                    r = int(ci[CI_PENDING, c]) - sim.r0
+                    if sim.pending_info is None or sim.pending_info.id != r:
+                        sim.pending_info = sim.request_info(r)
+                    if not sim._python_router:
+                        sim._replay_finishes()
+                        continue  # an external decision is owed: stay paused
+                sim._serve()
+                served[c] = True
+            if not served.any():
+                break
+            active = served
+        for c in clusters:
+            sims[c]._replay_finishes()
+        return [STATUS_NAMES[ci[CI_STATUS, c]] for c in clusters]
+
+
+def simulate_batch(specs: list[dict]) -> list[Simulator]:
+    """Run several simulations as one batched computation; returns the finished simulators.
+
+    Each spec holds :class:`Simulator` keywords (``workload``, ``cluster``, ``gateway``,
+    ``seed``, ``horizon_s``). Results are bit-identical to running each alone.
+    """
+    sims = [Simulator(**spec, batch=False) for spec in specs]
+    SimulatorBatch(sims).run()
+    return sims

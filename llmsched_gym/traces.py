@@ -1,4 +1,5 @@
-"""Loaders for public request traces (Mooncake JSONL, Azure CSV, BLIS TraceV2).
+"""Loaders for public request traces (Mooncake JSONL, Azure CSV, BLIS TraceV2; the Qwen/Bailian,
+BurstGPT and ServeGen loaders are in :mod:`llmsched_gym.trace_formats`).
 
 Every loader returns a :class:`~llmsched_gym.workload.Workload` sorted by arrival time
 and validates each row: a malformed row raises :class:`TraceFormatError` naming the
@@ -43,7 +44,8 @@ BLIS_PRIORITY = {
     "batch": SHEDDABLE,
     "background": SHEDDABLE,
 }
-TRACE_FORMATS = ("mooncake", "azure", "blis")
+#: Trace format names (``load_trace``, ``--trace-format``, ``workload.trace.format``).
+TRACE_FORMATS = ("mooncake", "azure", "blis", "qwen", "burstgpt", "servegen")
 
 
 def _read_lines(path: str) -> list[str]:
@@ -197,13 +199,35 @@ def load_mooncake(
 _AZURE_HEADER = ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]
 
 
+def _split_utc_offset(stamp: str) -> tuple[str, int]:
+    """``(naive stamp, UTC offset in minutes)``: Azure 2024 writes
+    ``2024-05-10 00:00:00.009930+00:00``; 2023 has no offset."""
+    s = stamp.strip()
+    if s.endswith("Z"):
+        return s[:-1], 0
+    if len(s) > 6 and s[-6] in "+-" and s[-3] == ":" and s[-5:-3].isdigit() and s[-2:].isdigit():
+        minutes = int(s[-5:-3]) * 60 + int(s[-2:])
+        return s[:-6], minutes if s[-6] == "+" else -minutes
+    return s, 0
+
+
+def _parse_stamps(stamps) -> np.ndarray:
+    """datetime64[ns] of ISO-like stamps, in UTC when they carry an offset (mixed precision ok)."""
+    first = stamps[0].strip() if len(stamps) else ""
+    if not (first.endswith("Z") or (len(first) > 6 and first[-6] in "+-" and first[-3] == ":")):
+        return np.array(stamps).astype("datetime64[ns]")
+    naive, offset = zip(*map(_split_utc_offset, stamps))
+    t = np.array(naive).astype("datetime64[ns]")
+    return t - np.array(offset, np.int64).astype("timedelta64[m]")
+
+
 def _azure_line_error(path: str, rows: list[list[str]], lineno: list[int]) -> TraceFormatError:
     """Locate the first malformed Azure row (slow path, only after a bulk failure)."""
     for line, row in zip(lineno, rows):
         if len(row) != 3:
             return TraceFormatError(path, line, None, f"expected 3 columns, got {len(row)}")
         try:
-            np.datetime64(row[0].strip(), "ns")
+            np.datetime64(_split_utc_offset(row[0])[0], "ns")
         except ValueError:
             return TraceFormatError(path, line, "TIMESTAMP", f"cannot parse {row[0]!r}")
         for name, v in zip(_AZURE_HEADER[1:], row[1:]):
@@ -214,6 +238,10 @@ def _azure_line_error(path: str, rows: list[list[str]], lineno: list[int]) -> Tr
 
 def load_azure(path: str | os.PathLike, *, time_scale: float = 1.0, limit: int | None = None) -> Workload:
     """Load an Azure LLM inference trace (2023/2024 CSV ``TIMESTAMP,ContextTokens,GeneratedTokens``).
+
+    2023 stamps are naive (``2023-11-16 18:17:03.9799600``); 2024 stamps carry a UTC
+    offset and mixed precision (``2024-05-10 00:00:00.009930+00:00``,
+    ``2024-05-12 00:00:00+00:00``) and are compared in UTC.
 
     Args:
         path: the ``.csv`` file.
@@ -237,7 +265,7 @@ def load_azure(path: str | os.PathLike, *, time_scale: float = 1.0, limit: int |
     try:
         stamps, ctx, gen = zip(*rows, strict=True)
         # numpy parses 'YYYY-MM-DD HH:MM:SS.fffffff' natively (space or T separator).
-        t = np.array(stamps).astype("datetime64[ns]")
+        t = _parse_stamps(stamps)
         inp = np.array(ctx).astype(np.int64)
         out = np.array(gen).astype(np.int64)
     except ValueError:
@@ -267,12 +295,18 @@ class BlisTrace:
     """A BLIS TraceV2 file: the workload plus BLIS's own per-request results.
 
     Attributes:
-        workload: the requests (arrival = ``arrival_time_us``, absolute, not rebased).
+        workload: the requests (arrival = ``send_time_us`` where it is > 0, else
+            ``arrival_time_us``, as BLIS's replay injects them; absolute, not rebased).
         first_token_us: BLIS's ``first_chunk_time_us`` (absolute, float64; NaN when
             the row's status is not ``ok`` or the field is empty).
         finish_us: BLIS's ``last_chunk_time_us`` (same conventions).
         request_id: the trace's request ids, aligned with the workload rows.
         header: the parsed ``.yaml`` header.
+        deadline_us: ``deadline_us`` (absolute client timeout; NaN for 0 = none). The
+            simulator does not time requests out in flight; this is for analysis.
+        slo_target_us: ``slo_target_us`` per-request TTFT target (NaN for 0 / absent).
+        round_index: ``round_index`` within the session (0 when absent).
+        client_id, tenant_id, model: the string columns (empty when absent).
     """
 
     workload: Workload
@@ -280,14 +314,27 @@ class BlisTrace:
     finish_us: np.ndarray
     request_id: np.ndarray
     header: dict = field(default_factory=dict)
+    deadline_us: np.ndarray | None = None
+    slo_target_us: np.ndarray | None = None
+    round_index: np.ndarray | None = None
+    client_id: np.ndarray | None = None
+    tenant_id: np.ndarray | None = None
+    model: np.ndarray | None = None
 
 
 _BLIS_REQUIRED = ("request_id", "input_tokens", "output_tokens", "arrival_time_us")
+#: BLIS's own slo_class -> priority map (GAIE-compatible; empty means standard).
+BLIS_GAIE_PRIORITY = {"": 3, "critical": 4, "standard": 3, "batch": -1, "sheddable": -2, "background": -3}
+#: ``session_context_growth`` header values BLIS knows.
+BLIS_CONTEXT_GROWTH = ("", "accumulate")
 
 
-def _blis_prefix_hashes(group: np.ndarray, plen: np.ndarray, inp: np.ndarray, G: int):
-    """Chained ids over ``G``-token blocks: the full blocks of a group's shared prefix
-    get the group's ids, every other block a fresh id.
+def _blis_prefix_hashes(group: np.ndarray, plen: np.ndarray, inp: np.ndarray, G: int,
+                        session: np.ndarray | None = None):
+    """Chained ids over ``G``-token blocks: the full blocks of a group's shared prefix get
+    the group's ids; with ``session`` (accumulated sessions, -1 elsewhere) every other full
+    block gets its session's id for that position (the rounds of a session are prefixes of
+    one growing token stream); every other block gets a fresh id.
     """
     nblk = -(-inp // G)
     offsets = np.concatenate([[0], np.cumsum(nblk)])
@@ -295,20 +342,49 @@ def _blis_prefix_hashes(group: np.ndarray, plen: np.ndarray, inp: np.ndarray, G:
     k = np.arange(offsets[-1]) - offsets[req]
     shared_blocks = np.where(group >= 0, plen // G, 0)
     n_groups = int(group.max()) + 1 if len(group) else 0
-    # The group id space is [0, n_groups * max_shared); fresh ids follow it.
+    # The group id space is [0, n_groups * max_shared); session ids follow, then fresh ids.
     span = int(shared_blocks.max()) if len(shared_blocks) else 0
     shared = k < shared_blocks[req]
-    ids = np.where(shared, group[req] * span + k, n_groups * span + np.arange(offsets[-1]))
+    base = n_groups * span
+    ids = np.where(shared, group[req] * span + k, -1)
+    if session is not None and (session >= 0).any():
+        s_span = int((inp // G).max()) + 1
+        in_session = (session[req] >= 0) & ~shared & ((k + 1) * G <= inp[req])
+        ids = np.where(in_session, base + session[req] * s_span + k, ids)
+        base += (int(session.max()) + 1) * s_span
+    fresh = ids < 0
+    ids[fresh] = base + np.arange(int(fresh.sum()))
     return ids, offsets
 
 
-def load_blis_trace(path: str | os.PathLike) -> BlisTrace:
+def load_blis_trace(path: str | os.PathLike, *, priority_map: "dict | str | None" = None) -> BlisTrace:
     """Load a BLIS TraceV2 trace (``.yaml`` header beside a ``.csv``; either path works).
 
-    Requests in a ``prefix_group`` get ``prefix_length`` shared tokens prepended, as
-    BLIS's replay does (prompt = group prefix + ``input_tokens``), expressed as chained
-    hash ids over 16-token blocks. ``slo_class`` maps to priority via
-    :data:`BLIS_PRIORITY`; ``session_id`` and ``prefix_group`` strings become dense ints.
+    Columns are found by name (``vllm_priority``, ``slo_target_us`` and the trailing
+    columns may be present or not); only ``request_id, input_tokens, output_tokens,
+    arrival_time_us`` are required. As BLIS's replay does:
+
+    * a request is injected at ``send_time_us`` when that is > 0, else ``arrival_time_us``;
+    * without a prefix group, a ``server_input_tokens`` > 0 replaces ``input_tokens``;
+    * requests in a ``prefix_group`` get ``prefix_length`` shared tokens prepended
+      (prompt = group prefix + ``input_tokens``), as chained hash ids over 16-token blocks;
+    * ``session_id`` groups requests into sessions, ``round_index`` must number each
+      session's rounds 0, 1, 2, ...; with the header's ``session_context_growth:
+      accumulate`` round k's prompt is the group prefix, every earlier round's input and
+      output, then its own ``input_tokens`` (one growing stream, so each round's prompt
+      is a cached prefix of the next). Rounds arrive at their recorded times (open loop;
+      BLIS replays sessions closed-loop, waiting for each round to finish);
+    * ``slo_class`` maps to priority via ``priority_map``: None uses the two-class
+      :data:`BLIS_PRIORITY` (critical/standard 0, sheddable/batch/background -1),
+      ``"blis"`` BLIS's own :data:`BLIS_GAIE_PRIORITY`, or give a dict;
+    * the header's ``goodput_slo_targets`` (``{class: {ttft_ms, itl_ms, e2e_ms}}``) become
+      the workload's per-priority TTFT / TPOT SLOs (the strictest where classes share a
+      priority);
+    * ``deadline_us`` (0 = no timeout, otherwise not before the arrival) and the string
+      columns are returned on the :class:`BlisTrace` (the simulator does not enforce
+      deadlines).
+
+    ``session_id`` and ``prefix_group`` strings become dense ints.
     """
     path = str(path)
     stem, ext = os.path.splitext(path)
@@ -316,17 +392,34 @@ def load_blis_trace(path: str | os.PathLike) -> BlisTrace:
         csv_path, yaml_path = stem + ".csv", path
     else:
         csv_path, yaml_path = path, stem + ".yaml"
+    if priority_map is None:
+        prio_map = BLIS_PRIORITY
+    elif priority_map == "blis":
+        prio_map = BLIS_GAIE_PRIORITY
+    elif isinstance(priority_map, dict) and all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in priority_map.items()):
+        prio_map = {k.strip().lower(): v for k, v in priority_map.items()}
+    else:
+        raise ConfigError(f"priority_map={priority_map!r} is invalid; use None, 'blis' or a dict "
+                          "of slo_class -> integer priority")
     header: dict = {}
     if os.path.exists(yaml_path):
         try:
             header = yaml.safe_load("\n".join(_read_lines(yaml_path))) or {}
         except yaml.YAMLError as e:
             raise TraceFormatError(yaml_path, None, None, f"invalid YAML: {e}") from None
+        if not isinstance(header, dict):
+            raise TraceFormatError(yaml_path, None, None, f"the header must be a mapping, got {type(header).__name__}")
         unit = header.get("time_unit", "microseconds")
         if unit != "microseconds":
             raise TraceFormatError(
                 yaml_path, None, "time_unit", f"{unit!r} is not supported; allowed: microseconds"
             )
+        growth = header.get("session_context_growth") or ""
+        if growth not in BLIS_CONTEXT_GROWTH:
+            raise TraceFormatError(yaml_path, None, "session_context_growth",
+                                   f"{growth!r} is not known; allowed: accumulate or empty")
+    accumulate = header.get("session_context_growth") == "accumulate"
     lines = _read_lines(csv_path)
     reader = csv.reader(lines)
     try:
@@ -360,9 +453,9 @@ def load_blis_trace(path: str | os.PathLike) -> BlisTrace:
             raise TraceFormatError(csv_path, i + 2, name, f"must be >= 0, got {a[i]}")
         return a
 
-    def codes(name: str) -> np.ndarray:
+    def codes(name: str, vals=None) -> np.ndarray:
         """Dense int per distinct non-empty string in order of appearance, -1 if empty."""
-        vals = np.array(cols.get(name, [""] * len(rows)))
+        vals = np.array(cols.get(name, [""] * len(rows)) if vals is None else vals)
         uniq, first, inv = np.unique(vals, return_index=True, return_inverse=True)
         rank = np.empty(len(uniq), np.int64)
         rank[np.argsort(first)] = np.arange(len(uniq))
@@ -372,25 +465,88 @@ def load_blis_trace(path: str | os.PathLike) -> BlisTrace:
             code = np.where(code == empty, -1, code - (code > empty))
         return code
 
+    def strings(name: str) -> np.ndarray:
+        return np.array([v.strip() for v in cols.get(name, [""] * len(rows))], dtype=object)
+
     inp, out = ints("input_tokens"), ints("output_tokens")
     arrival_us = ints("arrival_time_us")
+    send_us = ints("send_time_us", "0")
+    inject_us = np.where(send_us > 0, send_us, arrival_us)
     group, plen = codes("prefix_group"), ints("prefix_length", "0")
+    server_in = ints("server_input_tokens", "0")
+    inp = np.where((server_in > 0) & (group < 0), server_in, inp)
+    for name in ("text_tokens", "image_tokens", "audio_tokens", "video_tokens", "num_chunks"):
+        ints(name, "0")  # validated like BLIS does
+    if "streaming" in cols:
+        bad = [v for v in cols["streaming"] if v.strip().lower() not in ("true", "false", "1", "0", "t", "f", "")]
+        if bad:
+            i = _first_bad(list(cols["streaming"]),
+                           lambda v: v.strip().lower() in ("true", "false", "1", "0", "t", "f", ""))
+            raise TraceFormatError(csv_path, i + 2, "streaming", f"must be true or false, got {cols['streaming'][i]!r}")
+    if "reason_ratio" in cols:
+        def ratio_ok(v: str) -> bool:
+            try:
+                x = float(v or 0)
+            except ValueError:
+                return False
+            return 0.0 <= x <= 1.0
+
+        if not all(map(ratio_ok, cols["reason_ratio"])):
+            i = _first_bad(list(cols["reason_ratio"]), ratio_ok)
+            raise TraceFormatError(csv_path, i + 2, "reason_ratio",
+                                   f"must be a number in [0, 1], got {cols['reason_ratio'][i]!r}")
+    deadline = ints("deadline_us", "0")
+    late = (deadline > 0) & (arrival_us > 0) & (deadline < arrival_us)
+    if late.any():
+        i = int(np.flatnonzero(late)[0])
+        raise TraceFormatError(csv_path, i + 2, "deadline_us",
+                               f"{deadline[i]} precedes arrival_time_us {arrival_us[i]} (0 means no timeout)")
+    slo_target = ints("slo_target_us", "0")
+    session = codes("session_id")
+    round_index = ints("round_index", "0")
+    if "round_index" in cols and (session >= 0).any():
+        order_s = np.lexsort((round_index, session))
+        order_s = order_s[session[order_s] >= 0]
+        s_sorted = session[order_s]
+        start = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+        expected = np.arange(len(order_s)) - np.maximum.accumulate(np.where(start, np.arange(len(order_s)), 0))
+        bad = np.flatnonzero(round_index[order_s] != expected)
+        if len(bad):
+            i = int(order_s[bad[0]])
+            raise TraceFormatError(csv_path, i + 2, "round_index",
+                                   f"session {cols['session_id'][i]!r} has round {round_index[i]} where round "
+                                   f"{expected[bad[0]]} is expected (rounds must be 0, 1, 2, ...)")
     prompt = inp + np.where(group >= 0, plen, 0)
+    if accumulate and (session >= 0).any():
+        # Round k: round 0's prefix, every earlier round's input and output, its own input.
+        order_s = np.lexsort((round_index, session))
+        order_s = order_s[session[order_s] >= 0]
+        s_sorted = session[order_s]
+        start = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+        first = order_s[np.maximum.accumulate(np.where(start, np.arange(len(order_s)), 0))]
+        turn = inp[order_s] + out[order_s]
+        before = np.cumsum(turn) - turn
+        before -= np.maximum.accumulate(np.where(start, before, 0))
+        group[order_s] = group[first]
+        plen[order_s] = plen[first]
+        prompt[order_s] = np.where(group[first] >= 0, plen[first], 0) + before + inp[order_s]
     for name, v in (("input_tokens", prompt), ("output_tokens", out)):
         if v.min() < 1:
             i = int(np.argmin(v))
             raise TraceFormatError(csv_path, i + 2, name, "must be >= 1")
     slo = list(cols.get("slo_class", [""] * len(rows)))
     try:
-        priority = np.fromiter((BLIS_PRIORITY[s.strip().lower()] for s in slo), np.int64, len(slo))
+        priority = np.fromiter((prio_map[s.strip().lower()] for s in slo), np.int64, len(slo))
     except KeyError:
-        i = _first_bad(slo, lambda s: s.strip().lower() in BLIS_PRIORITY)
-        allowed = ", ".join(repr(k) for k in BLIS_PRIORITY)
+        i = _first_bad(slo, lambda s: s.strip().lower() in prio_map)
+        allowed = ", ".join(repr(k) for k in prio_map)
         raise TraceFormatError(
             csv_path, i + 2, "slo_class", f"{slo[i]!r} is not known; allowed: {allowed}"
         ) from None
-    order = np.argsort(arrival_us, kind="stable")
-    ids, offsets = _blis_prefix_hashes(group[order], plen[order], prompt[order], BLIS_BLOCK_TOKENS)
+    slo_ttft, slo_tpot = _blis_slo_targets(yaml_path, header, prio_map)
+    order = np.argsort(inject_us, kind="stable")
+    ids, offsets = _blis_prefix_hashes(group[order], plen[order], prompt[order], BLIS_BLOCK_TOKENS,
+                                       session[order] if accumulate else None)
 
     def chunk_times(name: str) -> np.ndarray:
         vals = np.array([v or "nan" for v in cols.get(name, ["nan"] * len(rows))])
@@ -404,15 +560,17 @@ def load_blis_trace(path: str | os.PathLike) -> BlisTrace:
         return t[order]
 
     w = Workload(
-        arrival_s=arrival_us[order] / 1e6,
+        arrival_s=inject_us[order] / 1e6,
         input_tokens=prompt[order],
         output_tokens=out[order],
         priority=priority[order],
         hash_ids=ids,
         hash_offsets=offsets,
         hash_block_tokens=BLIS_BLOCK_TOKENS,
-        session_id=codes("session_id")[order],
+        session_id=session[order],
         prefix_group=group[order],
+        slo_ttft_s=slo_ttft,
+        slo_tpot_s=slo_tpot,
         name=os.path.basename(stem),
     )
     return BlisTrace(
@@ -421,28 +579,68 @@ def load_blis_trace(path: str | os.PathLike) -> BlisTrace:
         finish_us=chunk_times("last_chunk_time_us"),
         request_id=ints("request_id")[order],
         header=header,
+        deadline_us=np.where(deadline > 0, deadline, np.nan)[order],
+        slo_target_us=np.where(slo_target > 0, slo_target, np.nan)[order],
+        round_index=round_index[order],
+        client_id=strings("client_id")[order],
+        tenant_id=strings("tenant_id")[order],
+        model=strings("model")[order],
     )
+
+
+def _blis_slo_targets(yaml_path: str, header: dict, prio_map: dict) -> tuple[dict, dict]:
+    """Per-priority TTFT and TPOT SLOs (seconds) from ``goodput_slo_targets``."""
+    targets = header.get("goodput_slo_targets") or {}
+    if not isinstance(targets, dict):
+        raise TraceFormatError(yaml_path, None, "goodput_slo_targets", "must be a mapping of class -> targets")
+    ttft: dict[int, float] = {}
+    tpot: dict[int, float] = {}
+    for cls, t in targets.items():
+        key = str(cls).strip().lower()
+        if key not in prio_map:
+            raise TraceFormatError(yaml_path, None, f"goodput_slo_targets.{cls}",
+                                   f"class {cls!r} is not known; allowed: {', '.join(repr(k) for k in prio_map)}")
+        if not isinstance(t, dict) or set(t) - {"ttft_ms", "itl_ms", "e2e_ms"}:
+            raise TraceFormatError(yaml_path, None, f"goodput_slo_targets.{cls}",
+                                   "must be a mapping with ttft_ms, itl_ms, e2e_ms")
+        p = prio_map[key]
+        for name, out in (("ttft_ms", ttft), ("itl_ms", tpot)):
+            v = t.get(name, 0) or 0
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise TraceFormatError(yaml_path, None, f"goodput_slo_targets.{cls}.{name}",
+                                       f"must be a number >= 0 (0 = not gated), got {v!r}")
+            if v > 0:
+                out[p] = min(out.get(p, np.inf), v / 1e3)
+    return ttft, tpot
 
 
 # ---------------------------------------------------------------------------- helpers
 
 
-def load_trace(path: str | os.PathLike, format: str, **kwargs) -> Workload:
-    """Load a trace by format name (``mooncake``, ``azure`` or ``blis``).
+def _loader(format: str):
+    """The loader function of a format name (see :data:`TRACE_FORMATS`)."""
+    from . import trace_formats
 
-    ``kwargs`` go to the format's loader; for ``blis`` only the workload is returned.
+    return {"mooncake": load_mooncake, "azure": load_azure, "qwen": trace_formats.load_qwen,
+            "burstgpt": trace_formats.load_burstgpt, "servegen": trace_formats.load_servegen}[format]
+
+
+def load_trace(path: str | os.PathLike, format: str, **kwargs) -> Workload:
+    """Load a trace by format name (one of :data:`TRACE_FORMATS`).
+
+    ``kwargs`` go to the format's loader; for ``blis`` only the workload is returned
+    (it takes ``priority_map`` only).
     """
     if format not in TRACE_FORMATS:
         raise ConfigError(f"trace format {format!r} is not known; allowed: {', '.join(TRACE_FORMATS)}")
     if not os.path.isfile(path):
         raise TraceFormatError(str(path), None, None, f"{format} trace file not found")
-    if format == "mooncake":
-        return load_mooncake(path, **kwargs)
-    if format == "azure":
-        return load_azure(path, **kwargs)
-    if kwargs:
-        raise ConfigError(f"the blis trace loader takes no options, got {', '.join(kwargs)}")
-    return load_blis_trace(path).workload
+    if format == "blis":
+        unknown = set(kwargs) - {"priority_map"}
+        if unknown:
+            raise ConfigError(f"the blis trace loader takes only priority_map, got {', '.join(sorted(unknown))}")
+        return load_blis_trace(path, **kwargs).workload
+    return _loader(format)(path, **kwargs)
 
 
 def assign_priorities(

@@ -47,20 +47,15 @@ def add_cli(subparsers) -> None:
 def _missing(args) -> int:
     import sys
 
-    print("llmsched-gym train: the agents package is not importable; run from the repository root "
-          "with pip install -e '.[rl]'", file=sys.stderr)
+    print("llmsched-gym train: error: the agents package is not importable; run from the repository root "
+          "after pip install -e \".[rl]\"", file=sys.stderr)
     return 2
 
 
 def cmd_train(args) -> int:
-    try:
-        import sb3_contrib  # noqa: F401
-        import stable_baselines3  # noqa: F401
-    except ImportError:
-        import sys
+    from .validation import require_extra
 
-        print("llmsched-gym train: needs stable-baselines3 and sb3-contrib: pip install -e '.[rl]'", file=sys.stderr)
-        return 2
+    require_extra("llmsched-gym train")  # torch, stable-baselines3, sb3-contrib: the [rl] extra
     from agents.train import run_from_args
 
     run_from_args(args)

@@ -22,7 +22,7 @@ def trace_path(*parts: str) -> Path:
 def assert_accounting(sim) -> None:
     """Every arrival is in exactly one outcome, and the counts add up."""
     counts = sim.table.counts()
-    arrived = int(np.sum(np.arange(sim.table.n) < sim._arrival_ptr))
+    arrived = int(np.sum(np.arange(sim.table.n) < sim.arrived))
     assert sum(counts.values()) == sim.table.n
     assert sum(v for k, v in counts.items() if k != "in_flight") + counts["in_flight"] == sim.table.n
     assert set(counts) == set(OUTCOME_NAMES.values())

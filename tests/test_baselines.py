@@ -20,8 +20,10 @@ def request(priority: int) -> RequestInfo:
 
 
 def admission_view(saturation: float, seed: int = 0) -> SimpleNamespace:
-    """Admission policies read only the saturation and the generator."""
-    return SimpleNamespace(saturation=saturation, rng=np.random.default_rng(seed))
+    """Admission policies read the saturation (or the scraped arrays behind it) and the
+    generator; one instance whose queue alone gives ``saturation`` (5 waiting = 1)."""
+    return SimpleNamespace(saturation=saturation, rng=np.random.default_rng(seed),
+                           waiting=np.array([5.0 * saturation]), kv_util=np.zeros(1))
 
 
 # --- admission ---------------------------------------------------------------------------
@@ -64,8 +66,12 @@ def test_probabilistic_full_shedding_and_critical_always_admitted():
 
 
 def test_probabilistic_keywords():
-    policy = make_policy("probabilistic:coefficient=1,exponent=1")
+    # llm-d-router's probabilistic-admitter parameter names
+    policy = make_policy("probabilistic:k=1,power=1")
     assert policy.reject_probability(0.25) == pytest.approx(0.25)
+    for bad in ("k=0", "power=0", "queueDepthThreshold=0", "kvCacheUtilThreshold=-1"):
+        with pytest.raises(ConfigError, match=bad.partition("=")[0]):
+            make_policy(f"probabilistic:{bad}")
 
 
 # --- flow control ------------------------------------------------------------------------
@@ -171,7 +177,7 @@ def test_unknown_policy_lists_known_names():
 
 
 def test_bad_keyword_and_wrong_role():
-    with pytest.raises(ConfigError, match="bad parameters"):
+    with pytest.raises(ConfigError, match="unknown parameter 'alpha'; jsq takes no parameters"):
         make_policy("jsq:alpha=1")
     with pytest.raises(ConfigError, match="expected 'routing'"):
         make_policy("legacy", role="routing")

@@ -75,7 +75,7 @@ def test_small_kv_cache_preempts_then_completes_everything():
     assert sim.table.preemptions.sum() > 0
     assert sim.table.counts()["finished"] == 4
     assert (sim.table.generated == 100).all()
-    assert sim.instances[0].cache.used == 0
+    assert sim.kv_used()[0] == 0
 
 
 def test_request_larger_than_kv_capacity_is_dropped():
@@ -94,7 +94,7 @@ def test_event_skipping_is_exact():
     assert a.table.preemptions.sum() > 0  # the case exercises preemption too
     for col in ("first_token_t", "finish_t", "prefix_hit", "preemptions", "outcome"):
         np.testing.assert_array_equal(getattr(a.table, col), getattr(b.table, col))
-    assert sum(i.iterations for i in a.instances) == sum(i.iterations for i in b.instances)
+    assert a.iterations.sum() == b.iterations.sum()
 
 
 def test_same_seed_same_summary_bit_for_bit():

@@ -173,7 +173,7 @@ def test_native_vector_matches_single_envs(env_id):
 def _weighted_ttft_sum(sim, penalty: float, t_end: float) -> float:
     """Independent closed form: sum over arrived requests of w * T (DESIGN 7 / env docs)."""
     tb = sim.table
-    n = sim._arrival_ptr
+    n = sim.arrived
     total = 0.0
     for r in range(n):
         w = 2.0 ** np.clip(int(tb.priority[r]), -4, 4)
@@ -265,7 +265,7 @@ def test_jsq_through_env_matches_cli(tmp_path):
     out = tmp_path / "run.json"
     assert main(["run", "--scenario", "codegen", "--qps", "12", "--horizon", "20", "--router", "jsq",
                  "--seed", str(seed), "--json", str(out)]) == 0
-    cli = json.loads(out.read_text())
+    cli = json.loads(out.read_text())[0]  # --json writes a list, one summary per seed
     env = gym.make("llmsched/Routing-v0", scenario="codegen", qps=12, horizon=20,
                    flow_control="static-usage-limit")  # the scenario's default, which the CLI keeps
     agent = BaselineAgent("jsq", env)

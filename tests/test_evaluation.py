@@ -32,7 +32,7 @@ def test_cell_equals_standalone_run(tmp_path):
     path = tmp_path / "run.json"
     assert cli.main(["run", "--scenario", "codegen", "--qps", "8", "--seed", "1", "--router", "jsq",
                      "--json", str(path)]) == 0
-    ref = json.loads(path.read_text())
+    ref = json.loads(path.read_text())[0]  # --json writes a list, one summary per seed
     assert {r["class"] for r in table} == set(ref["classes"])
     for row in table:
         want = ref["classes"][row["class"]]
@@ -165,6 +165,41 @@ def test_compare_cli_writes_outputs(tmp_path, capsys):
     assert any(s["metric"] == "ttft_p99" and s["policy"] == "soft-reflective-ceiling" for s in data["stats"])
     assert (out / "results.csv").read_text().count("\n") == len(data["rows"]) + 1
     assert len(list(out.glob("*.png"))) == 3
+
+
+def test_shutting_the_sheddable_band_cannot_game_the_metrics(tmp_path, capsys):
+    # A policy that never dispatches sheddable requests (they expire after the TTL) must
+    # lose their SLO attainment and goodput, and must not look faster (issue 17).
+    from llmsched_gym.metrics import summarize
+
+    sc = llmsched_gym.make_scenario("codegen", qps=16, duration_s=20.0)
+    ref = summarize(sc.simulator(0, flow_control="static-usage-limit").run())
+    shut = summarize(sc.simulator(0, flow_control="priority-holdback:cmin=0").run())
+    r, s = ref["classes"], shut["classes"]
+    assert s["sheddable"]["finished"] == 0 and s["sheddable"]["expired"] == s["sheddable"]["requests"]
+    assert r["sheddable"]["slo_attainment"] > 0.9 and s["sheddable"]["slo_attainment"] == 0.0
+    assert s["sheddable"]["goodput_rps"] == 0.0 and s["sheddable"]["throughput_rps"] == 0.0
+    assert s["sheddable"]["ttft_censored"] == s["sheddable"]["requests"]
+    for k in ("ttft_mean", "ttft_p50", "ttft_p99"):
+        assert s["sheddable"][k] >= r["sheddable"][k] and s["all"][k] >= r["all"][k]
+    assert s["sheddable"]["ttft_p50"] == pytest.approx(60.0)  # censored at the TTL
+    # "all" uses each request's class SLO: only the critical share can still meet it
+    crit_share = s["critical"]["requests"] / s["all"]["requests"]
+    assert s["all"]["slo_attainment"] <= crit_share + 1e-9 < r["all"]["slo_attainment"]
+    # rates are over the 20 s arrival window, not the 80 s it takes the band to expire
+    assert shut["arrival_window_s"] == ref["arrival_window_s"] < 20.0 < 70.0 < shut["sim_seconds"]
+    assert s["critical"]["throughput_rps"] == pytest.approx(r["critical"]["throughput_rps"], rel=0.02)
+
+    out = tmp_path / "cmp"
+    assert cli.main(["compare", "--scenario", "codegen", "--qps", "16", "--duration", "20", "--seeds", "1",
+                     "--policies", "static-usage-limit;priority-holdback:cmin=0+label=shut", "--out", str(out),
+                     "--workers", "1", "--no-plots"]) == 0
+    assert "goodput" in capsys.readouterr().out
+    rows = {(row["policy"], row["class"]): row for row in json.loads((out / "results.json").read_text())["rows"]}
+    for cls in ("sheddable", "all"):
+        for k in ("slo_attainment", "goodput_rps", "ttft_mean", "ttft_p99", "throughput_rps"):
+            assert rows[("shut", cls)][k] == pytest.approx(s[cls][k]), (cls, k)
+    assert rows[("shut", "sheddable")]["goodput_rps"] < 0.01 * rows[("static-usage-limit", "sheddable")]["goodput_rps"]
 
 
 @pytest.mark.parametrize("argv", [

@@ -83,17 +83,28 @@ def small_codegen(instances):
     return make_scenario("codegen", instances=instances, capacity_horizon_s=60.0)
 
 
-def test_measure_capacity_is_monotone_in_instances(tmp_path, monkeypatch):
+@pytest.fixture
+def quick_capacity(tmp_path, monkeypatch):
+    """A cold capacity cache, and shorter windows than the shipped method (same mechanics, faster)."""
+    import llmsched_gym.capacity as C
+
     monkeypatch.setenv("LLMSCHED_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(C, "_MEMORY", {})
+    monkeypatch.setattr(C, "MIN_ARRIVALS", 400)
+    monkeypatch.setattr(C, "SERVICE_TIMES", 4)
+    return C
+
+
+def test_measure_capacity_is_monotone_in_instances(tmp_path, quick_capacity):
     caps = [measure_capacity(small_codegen(n), rel_tol=0.05) for n in (1, 2)]
     assert caps[1] > 1.5 * caps[0]
     # deterministic and cached on disk
     assert (tmp_path / "capacity.json").exists()
+    quick_capacity._MEMORY.clear()
     assert measure_capacity(small_codegen(1), rel_tol=0.05) == caps[0]
 
 
-def test_half_load_keeps_queues_short_overload_grows_them(tmp_path, monkeypatch):
-    monkeypatch.setenv("LLMSCHED_CACHE_DIR", str(tmp_path))
+def test_half_load_keeps_queues_short_overload_grows_them(quick_capacity):
     sc = small_codegen(1)
     cap = measure_capacity(sc, rel_tol=0.05)
     ok, backlog_half = is_stable(sc, 0.5 * cap)
@@ -102,13 +113,93 @@ def test_half_load_keeps_queues_short_overload_grows_them(tmp_path, monkeypatch)
     assert backlog_over > 10 * max(backlog_half, 1)
 
 
+def test_steady_state_criterion_and_how_capacity_was_found(quick_capacity):
+    C = quick_capacity
+    sc = small_codegen(1)
+    rec = C.capacity_record(sc, rel_tol=0.05)
+    assert rec["source"] == "measured now" and rec["method"] == C.METHOD
+    cap = rec["qps"]
+    # the search brackets the capacity: the last stable and the first unstable rate
+    steps = {q: stable for q, stable, *_ in rec["steps"]}
+    assert steps[cap] and not steps[rec["first_unstable_qps"]]
+    assert rec["first_unstable_qps"] / cap - 1 <= 0.05
+    assert not any(stable and q > cap for q, stable in steps.items())
+    # the window: capacity_horizon_s, service times of the heaviest requests, enough arrivals
+    p99 = rec["service"]["p99_s"]
+    assert rec["window_s"] >= max(60.0, C.SERVICE_TIMES * p99, 2 * C.MIN_ARRIVALS / cap) - 1e-9
+    under, over = C.steady_state(sc, 0.5 * cap), C.steady_state(sc, 1.3 * cap)
+    assert under.stable and abs(under.delivered_ratio - 1) < C.TOLERANCE and under.waiting_growth <= under.waiting_limit
+    assert not over.stable and over.delivered_ratio < 1 - C.TOLERANCE and over.waiting_growth > over.waiting_limit
+    assert over.ttft_mean_s > 10 * under.ttft_mean_s
+    lines = C.describe(sc)
+    assert f"{cap:.3f} req/s" in lines[0] and "steady state" in lines[1]
+
+
+def test_shipped_capacities_match_their_scenarios():
+    # Each entry of the shipped table must still describe its scenario: rerun
+    # `python benchmarks/capacities.py NAME` after changing a built-in scenario.
+    import llmsched_gym.capacity as C
+
+    table = json.loads(C.SHIPPED_TABLE.read_text())
+    assert table["method"] == C.METHOD
+    assert {"codegen", "chatbot"} <= set(table["scenarios"])  # the README's first command
+    for name, rec in table["scenarios"].items():
+        sc = make_scenario(name)
+        try:
+            fingerprint = sc.fingerprint()
+        except ConfigError:  # a trace scenario whose trace file is absent here
+            continue
+        assert rec["fingerprint"] == fingerprint, f"{name}: rerun python benchmarks/capacities.py {name}"
+        assert rec["method"] == C.METHOD and rec["qps"] > 0
+
+
+def test_builtin_capacity_comes_from_the_shipped_table(tmp_path, monkeypatch):
+    import llmsched_gym.capacity as C
+
+    monkeypatch.setenv("LLMSCHED_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(C, "_MEMORY", {})
+    monkeypatch.setattr(C, "steady_state", lambda *a, **kw: pytest.fail("a shipped capacity was re-measured"))
+    want = json.loads(C.SHIPPED_TABLE.read_text())["scenarios"]["codegen"]["qps"]
+    assert make_scenario("codegen", load=1.0).target_qps() == want
+    assert make_scenario("codegen", load=0.5, duration_s=30.0).target_qps() == 0.5 * want
+    assert C.capacity_record(make_scenario("codegen"))["source"].startswith("shipped table")
+    assert not (tmp_path / "capacity.json").exists()
+
+
+def test_duration_override_same_workload_on_cold_and_warm_cache(quick_capacity, monkeypatch):
+    # Measuring capacity must neither shorten the scenario being measured nor depend on
+    # the run's own window (issue 17: a cold cache cut every scenario to the capacity window).
+    C = quick_capacity
+    calls = []
+    real = C.steady_state
+    monkeypatch.setattr(C, "steady_state", lambda *a, **kw: calls.append(a[1]) or real(*a, **kw))
+    base = make_scenario("codegen", instances=1, capacity_horizon_s=30.0)
+    cold = make_scenario(base, load=0.5, duration_s=12.0).build_workload(0)
+    measured = len(calls)
+    assert measured > 0
+    warm = make_scenario(base, load=0.5, duration_s=12.0).build_workload(0)
+    np.testing.assert_array_equal(cold.arrival_s, warm.arrival_s)
+    assert cold.arrival_s[-1] < 12.0
+    # another window, or none (the scenario's own 180 s), reuses the one measurement
+    other = make_scenario(base, load=0.5, duration_s=40.0).build_workload(0)
+    assert 30.0 < other.arrival_s[-1] < 40.0
+    full = make_scenario(base, load=0.5).build_workload(0)
+    assert 170.0 < full.arrival_s[-1] < 180.0
+    assert len(calls) == measured
+    # a fresh process (empty memory cache) reads the same capacity from disk
+    monkeypatch.setattr(C, "_MEMORY", {})
+    np.testing.assert_array_equal(make_scenario(base, load=0.5, duration_s=12.0).build_workload(0).arrival_s,
+                                  cold.arrival_s)
+    assert len(calls) == measured
+
+
 def test_user_yaml_scenario_runs_from_cli(tmp_path, capsys):
     p = write_yaml(tmp_path, USER_YAML)
     sc = load_scenario(p)
     assert sc.name == "my-scenario" and sc.cluster.engine.max_num_batched_tokens == 4096
     out = tmp_path / "r.json"
     assert main(["run", "--scenario", str(p), "--json", str(out)]) == 0
-    res = json.loads(out.read_text())
+    res = json.loads(out.read_text())[0]  # --json writes a list, one summary per seed
     assert res["router"] == "lmetric" and res["flow_control"] == "soft-reflective-ceiling"
     assert res["outcomes"]["arrivals"] == sum(v for k, v in res["outcomes"].items() if k != "arrivals")
     assert set(res["classes"]) == {"critical", "sheddable", "all"}

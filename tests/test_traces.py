@@ -217,8 +217,8 @@ def test_blis_malformed_rows(tmp_path):
 def test_load_trace_dispatch_and_missing_file(tmp_path):
     w = load_trace(trace_path("azure_llm_2023", "AzureLLMInferenceTrace_code.csv"), "azure")
     assert len(w) == 8_819
-    with pytest.raises(ConfigError, match="allowed: mooncake, azure, blis"):
-        load_trace(tmp_path / "x.csv", "burstgpt")
+    with pytest.raises(ConfigError, match="allowed: mooncake, azure, blis, qwen, burstgpt, servegen"):
+        load_trace(tmp_path / "x.csv", "nosuch")
     with pytest.raises(TraceFormatError, match="not found"):
         load_trace(tmp_path / "missing.jsonl", "mooncake")
     with pytest.raises(TraceFormatError, match="not found"):

@@ -27,21 +27,26 @@ class LLMDRouter(RoutingPolicy):
         queue_weight, kv_weight, prefix_weight: scorer weights (2, 2, 3).
         block_tokens: tokens per index block (64).
         lru_blocks: blocks remembered per instance (31,250).
+        max_prefix_blocks: match and index at most this many leading blocks (llm-d's
+            ``maxPrefixBlocksToMatch``, or ``maxPrefixTokensToMatch / block``); 0, the
+            default, takes the whole prompt.
     """
 
     name = "llm-d"
     description = "llm-d weighted scorers: queue 2, kv-utilization 2, approximate prefix 3; random ties."
 
     def __init__(self, queue_weight: float = 2.0, kv_weight: float = 2.0, prefix_weight: float = 3.0,
-                 block_tokens: int = 64, lru_blocks: int = 31_250):
+                 block_tokens: int = 64, lru_blocks: int = 31_250, max_prefix_blocks: int = 0):
         for field, value in (("queue_weight", queue_weight), ("kv_weight", kv_weight),
                              ("prefix_weight", prefix_weight)):
             check_nonnegative(field, value)
         check_nonnegative("block_tokens", block_tokens, strict=True)
         check_nonnegative("lru_blocks", lru_blocks, strict=True)
+        check_nonnegative("max_prefix_blocks", max_prefix_blocks)
         self.weights = np.array([queue_weight, kv_weight, prefix_weight], dtype=np.float64)
         self.block_tokens = int(block_tokens)
         self.lru_blocks = int(lru_blocks)
+        self.max_prefix_blocks = int(max_prefix_blocks)
         self._index = BlockLRUIndex(0, self.lru_blocks)
 
     def reset(self, num_instances: int, rng: np.random.Generator) -> None:
@@ -53,7 +58,7 @@ class LLMDRouter(RoutingPolicy):
         span = q.max() - q.min()
         queue = np.ones(len(q)) if span == 0 else (q.max() - q) / span
         kv = 1.0 - view.kv_util
-        keys = request.block_keys(self.block_tokens)
+        keys = self._keys(request)
         prefix = self._index.leading_matches(keys) / len(keys) if len(keys) else np.zeros(len(q))
         return np.clip(np.vstack([queue, kv, prefix]), 0.0, 1.0)
 
@@ -64,8 +69,12 @@ class LLMDRouter(RoutingPolicy):
     def route(self, request: RequestInfo, view: RouterView) -> int:
         return argmax_random(self.scores(request, view), view.rng)
 
+    def _keys(self, request: RequestInfo) -> np.ndarray:
+        keys = request.block_keys(self.block_tokens)
+        return keys[: self.max_prefix_blocks] if self.max_prefix_blocks else keys
+
     def on_dispatch(self, request: RequestInfo, instance: int, view: RouterView) -> None:
-        self._index.insert(instance, request.block_keys(self.block_tokens))
+        self._index.insert(instance, self._keys(request))
 
 
 @register_policy("llm-d-predicted-latency")

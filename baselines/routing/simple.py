@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmsched_gym.engine import layout
 from llmsched_gym.policy import RoutingPolicy, register_policy
 from llmsched_gym.view import RequestInfo, RouterView
 
@@ -20,6 +21,9 @@ class RandomRouter(RoutingPolicy):
 
     def route(self, request: RequestInfo, view: RouterView) -> int:
         return int(view.rng.integers(view.num_instances))
+
+    def compiled_form(self):
+        return layout.ROUTER_RANDOM, ()
 
 
 @register_policy("round-robin")
@@ -40,6 +44,9 @@ class RoundRobinRouter(RoutingPolicy):
         self._next = i + 1
         return i
 
+    def compiled_form(self):
+        return layout.ROUTER_ROUND_ROBIN, ()
+
 
 @register_policy("jsq")
 class JSQRouter(RoutingPolicy):
@@ -58,6 +65,9 @@ class JSQRouter(RoutingPolicy):
 
     def route(self, request: RequestInfo, view: RouterView) -> int:
         return argmin_random(self.scores(request, view), view.rng)
+
+    def compiled_form(self):
+        return layout.ROUTER_JSQ, ()
 
 
 @register_policy("vllm-dp")
@@ -81,6 +91,9 @@ class VLLMDataParallelRouter(RoutingPolicy):
 
     def route(self, request: RequestInfo, view: RouterView) -> int:
         return argmin_random(self.scores(request, view), view.rng)
+
+    def compiled_form(self):
+        return layout.ROUTER_VLLM_DP, (self.waiting_weight,)
 
 
 @register_policy("least-tokens")
@@ -110,3 +123,6 @@ class LeastTokensRouter(RoutingPolicy):
 
     def on_finish(self, request_id: int, instance: int) -> None:
         self._ledger.remove(request_id, instance)
+
+    def compiled_form(self):
+        return layout.ROUTER_LEAST_TOKENS, ()

@@ -20,6 +20,7 @@ from ..errors import ConfigError
 from ..policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..scenarios import Scenario, make_scenario
+from ..validation import check_env_keywords
 
 DEFAULT_SCENARIO = "codegen"
 DEFAULT_QPS = 12.0  # codegen: ~0.8 of its published 15 req/s capacity
@@ -327,7 +328,7 @@ def episode_cost(sim, setup: Setup, t_end: float | None = None) -> float:
     The sum of an episode's rewards equals ``-episode_cost * reward_scale``.
     """
     tb = sim.table
-    n = sim._arrival_ptr
+    n = sim.arrived
     t_end = sim.now if t_end is None else t_end
     target = (tb.finish_t if setup.reward == "e2e" else tb.first_token_t)[:n]
     a = tb.arrival[:n]
@@ -423,7 +424,7 @@ class Driver:
         terminated = status == "done"
         truncated = status == "horizon"
         self.over = terminated or truncated
-        reward = self.tracker.update(self.sim.now, self.sim._arrival_ptr, self.over)
+        reward = self.tracker.update(self.sim.now, self.sim.arrived, self.over)
         return reward, terminated, truncated
 
     def write_obs(self, raw: dict, row: int) -> None:
@@ -455,7 +456,7 @@ class Driver:
 
     def info(self) -> dict:
         tr = self.tracker
-        return {"sim_time": float(self.sim.now), "arrivals": int(self.sim._arrival_ptr),
+        return {"sim_time": float(self.sim.now), "arrivals": int(self.sim.arrived),
                 "open_requests": tr.waiting, "episode_cost": tr.total}
 
     def final_info(self) -> dict:
@@ -523,7 +524,7 @@ class RoutingDriver(Driver):
         if sim is None or sim.pending_route is None:
             return np.ones(I, bool)
         r = sim.pending_route
-        mask = np.fromiter((inst.fits(r) for inst in sim.instances), bool, I)
+        mask = sim.fits(r)
         return mask if mask.any() else np.ones(I, bool)
 
 
@@ -539,10 +540,10 @@ class IntervalDriver(Driver):
     def _advance(self):
         sim = self.sim
         self._t += self.setup.control_interval
-        prev = sim._arrival_ptr
+        prev = sim.arrived
         status = sim.advance(self._t)
         if "band_arrival_rate" in self.setup.observation_space.spaces:
-            self._last_arrivals = np.bincount(self._req_band[prev:sim._arrival_ptr],
+            self._last_arrivals = np.bincount(self._req_band[prev:sim.arrived],
                                               minlength=len(self.setup.band_priorities)) / self.setup.control_interval
         return status
 
@@ -603,6 +604,7 @@ INTERVAL_KEYS = [ObsKey("band_arrival_rate", "B", "count")]
 
 def make_setup(kind: str, **kwargs) -> Setup:
     """Setup of one environment kind, with its action space."""
+    check_env_keywords(kind, kwargs)  # names, types and ranges (llmsched_gym/validation.py)
     fixed = {"routing": "router", "flow_control": "flow_control", "admission": "admission"}.get(kind)
     if fixed in kwargs and kwargs[fixed] is not None:
         raise ConfigError(f"{fixed}= is the agent's decision in this environment; it cannot be set")

@@ -1,0 +1,88 @@
+"""Regenerate the capacity table shipped with the package (llmsched_gym/capacities.json).
+
+``load = F`` runs a scenario at F times its capacity (docs/scenarios.md, "Rates and
+capacity"). Built-in scenarios read it from this table, so a fresh machine's first
+``llmsched-gym compare`` does not measure; each entry carries the scenario's
+fingerprint, and ``tests/test_scenarios.py`` checks that every entry still matches its
+scenario (change a built-in scenario or the method, and this script must be rerun).
+
+    python benchmarks/capacities.py                  # every built-in scenario (long: tens of minutes)
+    python benchmarks/capacities.py codegen chatbot  # only these; other entries are kept
+    python benchmarks/capacities.py --check          # exit 1 if an entry is stale or missing
+
+Scenarios are measured one at a time (run it under ``nice``); trace scenarios whose
+trace files are absent are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from llmsched_gym import capacity as C  # noqa: E402
+from llmsched_gym.errors import ConfigError  # noqa: E402
+from llmsched_gym.scenarios import list_scenarios, make_scenario  # noqa: E402
+
+
+def _available(name: str) -> bool:
+    try:
+        make_scenario(name).fingerprint()
+        return True
+    except ConfigError:  # a trace scenario without its trace file
+        return False
+
+
+def load_table() -> dict:
+    try:
+        return json.loads(C.SHIPPED_TABLE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def check(table: dict, names: list[str]) -> list[str]:
+    """Names whose entry is missing or whose fingerprint no longer matches."""
+    entries = table.get("scenarios", {})
+    return [n for n in names if n not in entries or entries[n]["fingerprint"] != make_scenario(n).fingerprint()]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("names", nargs="*", help="scenarios to (re)measure (default: every built-in one)")
+    ap.add_argument("--check", action="store_true", help="only check the table's fingerprints")
+    args = ap.parse_args(argv)
+    names = args.names or [n for n in list_scenarios() if _available(n)]
+    table = load_table()
+    if args.check:
+        stale = check(table, names)
+        for n in stale:
+            print(f"stale or missing: {n}")
+        extra = sorted(set(table.get("scenarios", {})) - set(list_scenarios()))
+        for n in extra:
+            print(f"not a registered scenario: {n}")
+        return 1 if stale or extra else 0
+    entries = dict(table.get("scenarios", {}))
+    for name in names:
+        sc = make_scenario(name)
+        start = time.perf_counter()
+        rec = C.capacity_record(sc, use_cache=False)
+        wall = time.perf_counter() - start
+        entries[name] = {"fingerprint": sc.fingerprint(), **{k: v for k, v in rec.items() if k != "source"},
+                         "measured_wall_s": round(wall, 1)}
+        print(f"{name:28s} {rec['qps']:10.3f} req/s  window {rec['window_s']:7.0f} s  "
+              f"{len(rec['steps'])} checks  {wall:6.1f} s", flush=True)
+        out = {"method": C.METHOD,
+               "note": "Capacities of the built-in scenarios (docs/scenarios.md, 'Rates and capacity'); "
+                       "regenerate with python benchmarks/capacities.py",
+               "scenarios": dict(sorted(entries.items()))}
+        C.SHIPPED_TABLE.write_text(json.dumps(out, indent=1) + "\n")  # after each, so a stop keeps the rest
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Limits of one serving instance (vLLM's scheduler settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import check_nonnegative
+
+
+@dataclass
+class EngineConfig:
+    """Limits of one instance (vLLM defaults; BLIS uses max_num_batched_tokens=2048).
+
+    Args:
+        max_num_seqs: most requests in a running batch.
+        max_num_batched_tokens: token budget of one iteration.
+        block_size: tokens per KV block.
+        max_model_len: longest request (input + output) accepted; None = KV capacity.
+        event_skipping: plan decode-only iterations in segments (exact; off only to
+            measure its speed-up).
+    """
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    max_model_len: int | None = None
+    event_skipping: bool = True
+
+    @classmethod
+    def blis(cls, **overrides) -> "EngineConfig":
+        """BLIS's engine defaults (DESIGN 3.3): 16-token blocks, ``max_num_seqs`` 256,
+        ``max_num_batched_tokens`` 2048, no long-prefill threshold (a prompt is chunked
+        only by the token budget). KV capacity comes from ``ClusterConfig``
+        (``gpu_memory_utilization`` 0.9: 15,909 blocks for Qwen3-14B on one H100)."""
+        return cls(**{"max_num_seqs": 256, "max_num_batched_tokens": 2048, "block_size": 16, **overrides})
+
+    def __post_init__(self) -> None:
+        for f in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            check_nonnegative(f"engine.{f}", getattr(self, f), strict=True)
+        if self.max_model_len is not None:
+            check_nonnegative("engine.max_model_len", self.max_model_len, strict=True)

@@ -1,0 +1,958 @@
+"""The compiled event loop: C clusters (gateway + vLLM-v1-like instances) in shared arrays.
+
+One call of :func:`advance` moves every cluster forward until it reaches a decision the
+kernel cannot take itself (a routing, admission or usage-limit decision of a Python
+policy, or an external agent's), the requested time, the horizon, or drain. Everything
+else runs here, with no Python per request or per iteration:
+
+* instances: vLLM v1 batch formation (running requests first, then waiting ones in
+  queue order within the token budget and ``max_num_seqs``), chunked prefill, block
+  allocation, a prefix cache over chained unit keys with LRU eviction of unreferenced
+  units, recompute-mode preemption of the most recently admitted request, and decode
+  *segments*: a decode-only batch nothing can join runs many iterations in one event, up
+  to the first completion or KV shortfall, cut short when a request becomes schedulable;
+* gateway: arrivals, admission, per-band FCFS queues with TTL expiry and the 1 ms
+  dispatch cycle under a usage-limit policy, routing, lazy metrics scrapes and the
+  saturation detector.
+
+The state layout is in :mod:`llmsched_gym.engine.layout`; docs/architecture.md explains
+the event order (ties: schedulable-at-instance, iteration end, arrival, dispatch cycle).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .layout import (
+    ADMIT_ALWAYS, ADMIT_BAND_PROBS, ADMIT_LEGACY, ADMIT_PROBABILISTIC, ADMIT_PY, BQ_HEAD, BQ_LEN, BQ_TAIL,
+    CF_A0, CF_A1, CF_DISP_INT, CF_EXP_OUT, CF_F0, CF_F1, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE,
+    CF_NEXT_SCRAPE, CF_NOW, CF_R0, CF_SATURATION, CF_SCRAPE_INT, CF_STATIONARY, CF_TTL, CI_ACTIVE, CI_ADMIT,
+    CI_BAND_CAP, CI_BS, CI_BUDGET, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_HEAP_LEN, CI_INST0, CI_INST1,
+    CI_INTEGER_US, CI_LAT_KIND, CI_LOG_FINISH, CI_LOG_LEN, CI_MAX_LEN, CI_MAX_SEQS, CI_NBANDS, CI_PENDING,
+    CI_PTR, CI_REQ0, CI_REQ1, CI_ROUTER, CI_RR_NEXT, CI_SKIP, CI_STATUS, CI_TICK, DROPPED, EN_BLOCKS,
+    EN_NEXT, EN_PREV, EN_REF, EXPIRED, FINISHED, FLOW_FIXED, FLOW_HOLDBACK, FLOW_NONE, FLOW_PY,
+    FLOW_SOFT_REFLECTIVE, FLOW_STATIC, IF_LT_TOKENS, IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, II_CLUSTER,
+    II_ENT0, II_EVICTABLE, II_INFLIGHT, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_NRUN, II_PENDING,
+    II_QPREFILL, II_SCR_RUNNING, II_SCR_WAITING, II_SEG_LEN, II_SEG_USED0, II_TOTAL, II_USED,
+    II_WQ_HEAD, II_WQ_LEN, II_WQ_TAIL, REJECTED, RF_ARRIVAL, RF_DELAY, RF_DISPATCH, RF_END,
+    RF_ENQUEUED, RF_FINISH, RF_FINISH_DELAY, RF_FIRST, RF_SENT, RI_BAND, RI_GENERATED, RI_HELD,
+    RI_INPUT, RI_INSTANCE, RI_NEXT, RI_OUTCOME, RI_OUTPUT, RI_PREEMPTIONS, RI_PREFILL_EST,
+    RI_PREFIX_HIT, RI_PRIORITY, RI_SCHEDULED, RI_UNIT0, RI_UNIT1, ROUTER_JSQ, ROUTER_LEAST_TOKENS,
+    ROUTER_PY, ROUTER_RANDOM, ROUTER_ROUND_ROBIN, ROUTER_VLLM_DP, RUN_COMP, RUN_DECODE, RUN_DONE,
+    RUN_GEN, RUN_ID, RUN_INP, RUN_OUT, RUN_PREFILL, RUN_SHARED, RUN_TAKE, ST_ADMIT, ST_CEILINGS, ST_DONE,
+    ST_HORIZON, ST_ROUTE, ST_TIME, U_BLOCKS, U_END, U_KEY, SEGMENT_CHUNK,
+)
+from .steptime import prefill_terms, step_us
+
+
+# ===================================================================== small helpers
+@njit(cache=True, inline="always")
+def _cdiv(a, b):
+    return -((-a) // b)
+
+
+@njit(cache=True)
+def _block_sum(a, lo, n):
+    """numpy's unrolled sum of at most 128 elements."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    while i < n - (n % 8):
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def pairwise_sum(a, lo, n):
+    """numpy's pairwise summation of ``a[lo:lo+n]`` (the order ``np.sum`` adds in), with
+    an explicit stack (numba's cache cannot hold recursive functions)."""
+    f_lo = np.empty(64, np.int64)
+    f_n = np.empty(64, np.int64)
+    f_phase = np.zeros(64, np.int64)
+    vals = np.empty(64)
+    sp, nv = 0, 0
+    f_lo[0], f_n[0] = lo, n
+    while sp >= 0:
+        m = f_n[sp]
+        if m <= 128:
+            vals[nv] = _block_sum(a, f_lo[sp], m)
+            nv += 1
+            sp -= 1
+            continue
+        half = m // 2
+        half -= half % 8
+        if f_phase[sp] == 0:
+            f_phase[sp] = 1
+            f_lo[sp + 1], f_n[sp + 1], f_phase[sp + 1] = f_lo[sp], half, 0
+            sp += 1
+        elif f_phase[sp] == 1:
+            f_phase[sp] = 2
+            f_lo[sp + 1], f_n[sp + 1], f_phase[sp + 1] = f_lo[sp] + half, m - half, 0
+            sp += 1
+        else:
+            nv -= 1
+            vals[nv - 1] = vals[nv - 1] + vals[nv]
+            sp -= 1
+    return vals[0]
+
+
+@njit(cache=True)
+def _argmin_random(scores, rng):
+    """Index of the minimum; exact ties drawn uniformly with ``rng`` (``rng.choice(ties)``)."""
+    best = scores[0]
+    for i in range(1, len(scores)):
+        if scores[i] < best:
+            best = scores[i]
+    ties = 0
+    first = -1
+    for i in range(len(scores)):
+        if scores[i] == best:
+            if first < 0:
+                first = i
+            ties += 1
+    if ties == 1:
+        return first
+    k = rng.integers(0, ties)
+    for i in range(len(scores)):
+        if scores[i] == best:
+            if k == 0:
+                return i
+            k -= 1
+    return first
+
+
+# ===================================================================== prefix cache
+@njit(cache=True)
+def _lru_remove(ent, inst_i, g, e):
+    p, n = ent[EN_PREV, e], ent[EN_NEXT, e]
+    if p >= 0:
+        ent[EN_NEXT, p] = n
+    else:
+        inst_i[II_LRU_HEAD, g] = n
+    if n >= 0:
+        ent[EN_PREV, n] = p
+    else:
+        inst_i[II_LRU_TAIL, g] = p
+    ent[EN_PREV, e] = -1
+    ent[EN_NEXT, e] = -1
+
+
+@njit(cache=True)
+def _lru_append(ent, inst_i, g, e):
+    tail = inst_i[II_LRU_TAIL, g]
+    ent[EN_PREV, e] = tail
+    ent[EN_NEXT, e] = -1
+    if tail >= 0:
+        ent[EN_NEXT, tail] = e
+    else:
+        inst_i[II_LRU_HEAD, g] = e
+    inst_i[II_LRU_TAIL, g] = e
+
+
+@njit(cache=True)
+def _allocate(inst_i, ent, g, n):
+    """Take ``n`` blocks, evicting least-recently-used unreferenced units if needed."""
+    if n <= 0:
+        return
+    total, used = inst_i[II_TOTAL, g], inst_i[II_USED, g]
+    if n > total - used:
+        raise RuntimeError("KV allocation exceeds the allocatable blocks")
+    free = total - used - inst_i[II_EVICTABLE, g]
+    while free < n:
+        e = inst_i[II_LRU_HEAD, g]
+        nb = ent[EN_BLOCKS, e]
+        _lru_remove(ent, inst_i, g, e)
+        ent[EN_BLOCKS, e] = 0  # no longer cached
+        inst_i[II_EVICTABLE, g] -= nb
+        free += nb
+    inst_i[II_USED, g] = used + n
+
+
+@njit(cache=True)
+def _release(req_i, unit_i, inst_i, ent, g, r, private):
+    """Drop request ``r``'s unit references (tail first) and its private blocks."""
+    e0, u0 = inst_i[II_ENT0, g], req_i[RI_UNIT0, r]
+    for u in range(u0 + req_i[RI_HELD, r] - 1, u0 - 1, -1):
+        e = e0 + unit_i[U_KEY, u]
+        ent[EN_REF, e] -= 1
+        if ent[EN_REF, e] == 0:
+            _lru_append(ent, inst_i, g, e)
+            nb = ent[EN_BLOCKS, e]
+            inst_i[II_EVICTABLE, g] += nb
+            inst_i[II_USED, g] -= nb
+    req_i[RI_HELD, r] = 0
+    inst_i[II_USED, g] -= private
+
+
+@njit(cache=True)
+def _matched_units(req_i, unit_i, inst_i, ent, g, r):
+    """Leading units of ``r`` cached on instance ``g``."""
+    e0 = inst_i[II_ENT0, g]
+    u0, u1 = req_i[RI_UNIT0, r], req_i[RI_UNIT1, r]
+    n = 0
+    while u0 + n < u1:
+        e = e0 + unit_i[U_KEY, u0 + n]
+        b = ent[EN_BLOCKS, e]
+        if b == 0 or b != unit_i[U_BLOCKS, u0 + n]:
+            break
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def cached_tokens(req_i, unit_i, inst_i, ent, g, r):
+    """Prompt tokens of request ``r`` cached on instance ``g`` (precise prefix index)."""
+    n = _matched_units(req_i, unit_i, inst_i, ent, g, r)
+    return unit_i[U_END, req_i[RI_UNIT0, r] + n - 1] if n else 0
+
+
+@njit(cache=True)
+def _prefix_hit(req_i, unit_i, inst_i, ent, g, r):
+    """(hit tokens, hit units, idle blocks) of ``r`` on ``g``. At least one token is always
+    computed (vLLM recomputes the last token of a fully cached prompt)."""
+    u0 = req_i[RI_UNIT0, r]
+    n = _matched_units(req_i, unit_i, inst_i, ent, g, r)
+    target = req_i[RI_INPUT, r] + req_i[RI_GENERATED, r]
+    while n and unit_i[U_END, u0 + n - 1] >= target:
+        n -= 1
+    e0 = inst_i[II_ENT0, g]
+    idle = 0
+    for u in range(u0, u0 + n):
+        e = e0 + unit_i[U_KEY, u]
+        if ent[EN_REF, e] == 0:
+            idle += ent[EN_BLOCKS, e]
+    return (unit_i[U_END, u0 + n - 1] if n else 0), n, idle
+
+
+# ===================================================================== instances
+@njit(cache=True)
+def _wq_append(req_i, inst_i, g, r):
+    req_i[RI_NEXT, r] = -1
+    tail = inst_i[II_WQ_TAIL, g]
+    if tail >= 0:
+        req_i[RI_NEXT, tail] = r
+    else:
+        inst_i[II_WQ_HEAD, g] = r
+    inst_i[II_WQ_TAIL, g] = r
+    inst_i[II_WQ_LEN, g] += 1
+
+
+@njit(cache=True)
+def _wq_appendleft(req_i, inst_i, g, r):
+    req_i[RI_NEXT, r] = inst_i[II_WQ_HEAD, g]
+    inst_i[II_WQ_HEAD, g] = r
+    if inst_i[II_WQ_TAIL, g] < 0:
+        inst_i[II_WQ_TAIL, g] = r
+    inst_i[II_WQ_LEN, g] += 1
+
+
+@njit(cache=True)
+def _wq_popleft(req_i, inst_i, g):
+    r = inst_i[II_WQ_HEAD, g]
+    inst_i[II_WQ_HEAD, g] = req_i[RI_NEXT, r]
+    if inst_i[II_WQ_HEAD, g] < 0:
+        inst_i[II_WQ_TAIL, g] = -1
+    inst_i[II_WQ_LEN, g] -= 1
+    return r
+
+
+@njit(cache=True)
+def _blocks_after(run, inst_i, g, bs, j):
+    """New blocks the running batch needs to decode ``j`` more tokens each."""
+    R = run[g]
+    s = 0
+    for k in range(inst_i[II_NRUN, g]):
+        comp = R[RUN_COMP, k]
+        s += (comp + (j + bs - 1)) // bs - (comp + (bs - 1)) // bs
+    return s
+
+
+@njit(cache=True)
+def kv_used_at(run, inst_i, seg, g, bs, t):
+    """Referenced KV blocks of ``g`` at ``t`` (inside a segment: after the iterations done by t)."""
+    m = inst_i[II_SEG_LEN, g]
+    if m == 0:
+        return inst_i[II_USED, g]
+    done = np.searchsorted(seg[g, :m], t, side="right")
+    return inst_i[II_SEG_USED0, g] + _blocks_after(run, inst_i, g, bs, done)
+
+
+@njit(cache=True)
+def fits(req_i, inst_i, clu_i, c, g, r):
+    """Whether request ``r`` can ever run on instance ``g`` (else it is dropped)."""
+    total = req_i[RI_INPUT, r] + req_i[RI_OUTPUT, r]
+    max_len = clu_i[CI_MAX_LEN, c]
+    if max_len >= 0 and total > max_len:
+        return False
+    return _cdiv(total, clu_i[CI_BS, c]) <= inst_i[II_TOTAL, g]
+
+
+@njit(cache=True)
+def _preempt_last(req_i, unit_i, inst_i, ent, run, g, bs):
+    """Recompute-mode preemption of the most recently admitted running request."""
+    R = run[g]
+    j = inst_i[II_NRUN, g] - 1
+    r = R[RUN_ID, j]
+    _release(req_i, unit_i, inst_i, ent, g, r, (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j])
+    req_i[RI_GENERATED, r] = R[RUN_GEN, j]
+    req_i[RI_PREEMPTIONS, r] += 1
+    inst_i[II_NRUN, g] = j
+    _wq_appendleft(req_i, inst_i, g, r)
+
+
+@njit(cache=True)
+def _can_admit(req_i, unit_i, inst_i, ent, g, budget, bs, max_seqs):
+    """Whether the head of the waiting queue could join a batch now."""
+    if inst_i[II_WQ_LEN, g] == 0 or budget <= 0 or inst_i[II_NRUN, g] >= max_seqs:
+        return False
+    r = inst_i[II_WQ_HEAD, g]
+    hit, _, idle = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
+    take = min(req_i[RI_INPUT, r] + req_i[RI_GENERATED, r] - hit, budget)
+    return _cdiv(hit + take, bs) - hit // bs <= inst_i[II_TOTAL, g] - inst_i[II_USED, g] - idle
+
+
+@njit(cache=True)
+def _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget, bs, max_seqs):
+    """Move waiting requests into the batch, in queue order, while they fit."""
+    R = run[g]
+    e0 = inst_i[II_ENT0, g]
+    while inst_i[II_WQ_LEN, g] > 0 and inst_i[II_NRUN, g] < max_seqs and budget > 0:
+        r = inst_i[II_WQ_HEAD, g]
+        hit, n_units, idle = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
+        inp, gen = req_i[RI_INPUT, r], req_i[RI_GENERATED, r]
+        take = min(inp + gen - hit, budget)
+        new = _cdiv(hit + take, bs) - hit // bs
+        if new > inst_i[II_TOTAL, g] - inst_i[II_USED, g] - idle:
+            break
+        u0 = req_i[RI_UNIT0, r]
+        for u in range(u0, u0 + n_units):  # acquire the cached units
+            e = e0 + unit_i[U_KEY, u]
+            if ent[EN_REF, e] == 0:
+                _lru_remove(ent, inst_i, g, e)
+                nb = ent[EN_BLOCKS, e]
+                inst_i[II_EVICTABLE, g] -= nb
+                inst_i[II_USED, g] += nb
+            ent[EN_REF, e] += 1
+        _allocate(inst_i, ent, g, new)
+        req_i[RI_HELD, r] = n_units
+        if not req_i[RI_SCHEDULED, r]:
+            req_i[RI_SCHEDULED, r] = 1
+            req_i[RI_PREFIX_HIT, r] = hit
+        _wq_popleft(req_i, inst_i, g)
+        j = inst_i[II_NRUN, g]
+        R[RUN_ID, j], R[RUN_INP, j], R[RUN_OUT, j] = r, inp, req_i[RI_OUTPUT, r]
+        R[RUN_COMP, j], R[RUN_GEN, j], R[RUN_SHARED, j] = hit, gen, hit // bs
+        R[RUN_TAKE, j], R[RUN_DECODE, j] = take, 0
+        inst_i[II_NRUN, g] = j + 1
+        budget -= take
+
+
+@njit(cache=True)
+def _affordable_iterations(run, inst_i, g, bs, k):
+    """Most decode iterations (<= k) whose new KV blocks fit in the allocatable pool."""
+    avail = inst_i[II_TOTAL, g] - inst_i[II_USED, g]
+    if _blocks_after(run, inst_i, g, bs, k) <= avail:
+        return k
+    lo, hi = 1, k
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _blocks_after(run, inst_i, g, bs, mid) <= avail:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t):
+    """Form the iteration of instance ``g`` starting at ``t`` (vLLM v1 order), set its end."""
+    c = inst_i[II_CLUSTER, g]
+    bs, budget, max_seqs = clu_i[CI_BS, c], clu_i[CI_BUDGET, c], clu_i[CI_MAX_SEQS, c]
+    R = run[g]
+    n = inst_i[II_NRUN, g]
+    total_need = 0
+    for j in range(n):
+        total_need += R[RUN_INP, j] + R[RUN_GEN, j] - R[RUN_COMP, j]
+    before = 0
+    n_new = 0
+    for j in range(n):
+        need = R[RUN_INP, j] + R[RUN_GEN, j] - R[RUN_COMP, j]
+        take = need if total_need <= budget else min(need, max(budget - before, 0))
+        before += need
+        R[RUN_TAKE, j] = take
+        comp = R[RUN_COMP, j]
+        n_new += (comp + take + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+    preempted = False
+    if n_new > inst_i[II_TOTAL, g] - inst_i[II_USED, g]:
+        # Preempt the most recently admitted until the rest of the batch fits.
+        while True:
+            m = inst_i[II_NRUN, g]
+            if m == 0:
+                break
+            cum = 0
+            for j in range(m):
+                comp = R[RUN_COMP, j]
+                cum += (comp + R[RUN_TAKE, j] + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+            if cum <= inst_i[II_TOTAL, g] - inst_i[II_USED, g]:
+                break
+            _preempt_last(req_i, unit_i, inst_i, ent, run, g, bs)
+            preempted = True
+        n = inst_i[II_NRUN, g]
+        total_need = 0
+        n_new = 0
+        for j in range(n):
+            comp = R[RUN_COMP, j]
+            total_need += R[RUN_INP, j] + R[RUN_GEN, j] - comp
+            n_new += (comp + R[RUN_TAKE, j] + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+
+    # Decode-only batch (every need is 1) that nothing can join: plan a segment.
+    if clu_i[CI_SKIP, c] and n and not preempted and total_need == n and total_need <= budget:
+        min_gen = R[RUN_GEN, 0]
+        left = R[RUN_OUT, 0] - R[RUN_GEN, 0]
+        for j in range(1, n):
+            min_gen = min(min_gen, R[RUN_GEN, j])
+            left = min(left, R[RUN_OUT, j] - R[RUN_GEN, j])
+        if min_gen >= 1 and not _can_admit(req_i, unit_i, inst_i, ent, g, budget - n, bs, max_seqs):
+            k = min(left, SEGMENT_CHUNK)
+            if k > 1:
+                k = _affordable_iterations(run, inst_i, g, bs, k)
+            if k > 1:
+                ctx0 = 0
+                for j in range(n):
+                    ctx0 += R[RUN_COMP, j]
+                kind, integer_us = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c]
+                p = lat_p[c]
+                end = t
+                for i in range(k):
+                    end = end + step_us(kind, p, integer_us, 0, 0.0, 0.0, 0.0, n,
+                                        float(ctx0) + float(n) * float(i)) * 1e-6
+                    seg[g, i] = end
+                inst_i[II_SEG_LEN, g] = k
+                inst_i[II_SEG_USED0, g] = inst_i[II_USED, g]
+                inst_f[IF_NEXT_T, g] = end
+                return
+
+    _allocate(inst_i, ent, g, n_new)
+    taken = 0
+    for j in range(n):
+        R[RUN_DECODE, j] = 1 if (R[RUN_INP, j] + R[RUN_GEN, j] - R[RUN_COMP, j] == 1 and R[RUN_GEN, j] >= 1) else 0
+        taken += R[RUN_TAKE, j]
+    if not preempted or not n:
+        _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget - taken, bs, max_seqs)
+    m = inst_i[II_NRUN, g]
+    if m == 0:
+        inst_f[IF_NEXT_T, g] = np.inf
+        return
+    kind = clu_i[CI_LAT_KIND, c]
+    n_pf = 0
+    n_dec = 0
+    sum_t = 0.0
+    pairs = 0.0
+    past = 0.0
+    ctx = 0
+    for j in range(m):
+        take = R[RUN_TAKE, j]
+        is_prefill = take > 0 and R[RUN_DECODE, j] == 0
+        R[RUN_PREFILL, j] = 1 if is_prefill else 0
+        if is_prefill:
+            n_pf += 1
+            tf = float(take)
+            sum_t += tf
+            a, b = prefill_terms(kind, tf, float(R[RUN_INP, j] + R[RUN_GEN, j]), float(R[RUN_COMP, j]))
+            pairs += a
+            past += b
+        elif take > 0:
+            n_dec += 1
+            ctx += R[RUN_COMP, j]
+    step = step_us(kind, lat_p[c], clu_i[CI_INTEGER_US, c], n_pf, sum_t, pairs, past, n_dec, float(ctx))
+    inst_i[II_SEG_LEN, g] = 0
+    inst_f[IF_NEXT_T, g] = t + step * 1e-6
+    inst_i[II_ITERS, g] += 1
+
+
+@njit(cache=True)
+def _register_units(req_i, unit_i, inst_i, ent, R, g, j):
+    """Cache the prompt units running request ``j`` has fully computed (full blocks only).
+    A unit another request cached first stays private to this one, as in vLLM."""
+    r = R[RUN_ID, j]
+    e0, u0, u1 = inst_i[II_ENT0, g], req_i[RI_UNIT0, r], req_i[RI_UNIT1, r]
+    comp = R[RUN_COMP, j]
+    for u in range(u0 + req_i[RI_HELD, r], u1):
+        e = e0 + unit_i[U_KEY, u]
+        if unit_i[U_END, u] > comp or ent[EN_BLOCKS, e] > 0:
+            break
+        ent[EN_REF, e] = 1
+        ent[EN_BLOCKS, e] = unit_i[U_BLOCKS, u]
+        req_i[RI_HELD, r] += 1
+        R[RUN_SHARED, j] += unit_i[U_BLOCKS, u]
+
+
+@njit(cache=True)
+def _final(req_i, req_f, r, t, outcome):
+    req_i[RI_OUTCOME, r] = outcome
+    req_f[RF_END, r] = t
+
+
+@njit(cache=True)
+def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, g):
+    """Apply the iteration or segment of ``g`` ending now, then plan the next."""
+    c = inst_i[II_CLUSTER, g]
+    bs = clu_i[CI_BS, c]
+    t = inst_f[IF_NEXT_T, g]
+    R = run[g]
+    n = inst_i[II_NRUN, g]
+    any_done = False
+    m = inst_i[II_SEG_LEN, g]
+    if m > 0:
+        inst_i[II_ITERS, g] += m
+        inst_i[II_SEG_LEN, g] = 0
+        _allocate(inst_i, ent, g, _blocks_after(run, inst_i, g, bs, m))
+        for j in range(n):
+            R[RUN_COMP, j] += m
+            R[RUN_GEN, j] += m
+            R[RUN_DONE, j] = 1 if R[RUN_GEN, j] >= R[RUN_OUT, j] else 0
+            any_done |= R[RUN_DONE, j] == 1
+    else:
+        ftd = clu_f[CF_FT_DELAY, c]
+        for j in range(n):
+            R[RUN_COMP, j] += R[RUN_TAKE, j]
+            emit = R[RUN_COMP, j] == R[RUN_INP, j] + R[RUN_GEN, j]
+            if emit:
+                R[RUN_GEN, j] += 1
+                if R[RUN_GEN, j] == 1:  # prefill done: first token
+                    r = R[RUN_ID, j]
+                    req_f[RF_FIRST, r] = t + ftd
+                    inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]
+                    req_i[RI_PREFILL_EST, r] = 0
+            R[RUN_DONE, j] = 1 if (emit and R[RUN_GEN, j] >= R[RUN_OUT, j]) else 0
+            any_done |= R[RUN_DONE, j] == 1
+        for j in range(n):
+            if R[RUN_PREFILL, j]:
+                _register_units(req_i, unit_i, inst_i, ent, R, g, j)
+    if any_done:
+        keep = 0
+        for j in range(n):
+            if not R[RUN_DONE, j]:
+                if keep != j:
+                    R[:, keep] = R[:, j]
+                keep += 1
+                continue
+            r = R[RUN_ID, j]
+            _release(req_i, unit_i, inst_i, ent, g, r, (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j])
+            req_i[RI_GENERATED, r] = R[RUN_GEN, j]
+            fin = t + req_f[RF_FINISH_DELAY, r]
+            req_f[RF_FINISH, r] = fin
+            # The gateway learns of the finish.
+            inst_i[II_INFLIGHT, g] -= 1
+            inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]
+            req_i[RI_PREFILL_EST, r] = 0
+            clu_i[CI_ACTIVE, c] -= 1
+            _final(req_i, req_f, r, fin, FINISHED)
+            if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS:
+                inst_f[IF_LT_TOKENS, g] -= req_f[RF_SENT, r]
+            if clu_i[CI_LOG_FINISH, c]:
+                log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
+                clu_i[CI_LOG_LEN, c] += 1
+        inst_i[II_NRUN, g] = keep
+    _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t)
+
+
+@njit(cache=True)
+def _enqueue(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, r, t):
+    """Request ``r`` becomes schedulable on ``g`` at ``t``."""
+    inst_i[II_PENDING, g] -= 1
+    _wq_append(req_i, inst_i, g, r)
+    if inst_f[IF_NEXT_T, g] == np.inf:
+        _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t)
+        return
+    m = inst_i[II_SEG_LEN, g]  # cut a decode segment at the first iteration end >= t
+    if m:
+        k = np.searchsorted(seg[g, :m], t, side="left")
+        if k + 1 < m:
+            inst_i[II_SEG_LEN, g] = k + 1
+            inst_f[IF_NEXT_T, g] = seg[g, k]
+
+
+# ===================================================================== gateway
+@njit(cache=True)
+def scrape(run, inst_i, inst_f, seg, clu_i, clu_f, c, t):
+    """Refresh cluster ``c``'s scraped metrics and the utilization saturation detector:
+    ``mean_i max(waiting_i / 5, kv_util_i / 0.8)``."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    bs = clu_i[CI_BS, c]
+    per = np.empty(i1 - i0)
+    for g in range(i0, i1):
+        w = inst_i[II_WQ_LEN, g] + inst_i[II_PENDING, g]
+        inst_i[II_SCR_WAITING, g] = w
+        inst_i[II_SCR_RUNNING, g] = inst_i[II_NRUN, g]
+        kv = kv_used_at(run, inst_i, seg, g, bs, t) / inst_i[II_TOTAL, g]
+        inst_f[IF_SCR_KV, g] = kv
+        inst_f[IF_SCRAPE_T, g] = t
+        per[g - i0] = max(w / 5.0, kv / 0.8)
+    clu_f[CF_SATURATION, c] = pairwise_sum(per, 0, i1 - i0) / (i1 - i0)
+
+
+@njit(cache=True)
+def _heap_less(heap_t, heap_r, a, b):
+    return heap_t[a] < heap_t[b] or (heap_t[a] == heap_t[b] and heap_r[a] < heap_r[b])
+
+
+@njit(cache=True)
+def _heap_swap(heap_t, heap_r, a, b):
+    heap_t[a], heap_t[b] = heap_t[b], heap_t[a]
+    heap_r[a], heap_r[b] = heap_r[b], heap_r[a]
+
+
+@njit(cache=True)
+def _heap_push(heap_t, heap_r, clu_i, c, t, r):
+    base = clu_i[CI_REQ0, c]
+    k = clu_i[CI_HEAP_LEN, c]
+    clu_i[CI_HEAP_LEN, c] = k + 1
+    heap_t[base + k], heap_r[base + k] = t, r
+    while k > 0:
+        parent = (k - 1) // 2
+        if not _heap_less(heap_t, heap_r, base + k, base + parent):
+            break
+        _heap_swap(heap_t, heap_r, base + k, base + parent)
+        k = parent
+
+
+@njit(cache=True)
+def _heap_pop(heap_t, heap_r, clu_i, c):
+    base = clu_i[CI_REQ0, c]
+    n = clu_i[CI_HEAP_LEN, c] - 1
+    r = heap_r[base]
+    clu_i[CI_HEAP_LEN, c] = n
+    if n > 0:
+        heap_t[base], heap_r[base] = heap_t[base + n], heap_r[base + n]
+        k = 0
+        while True:
+            a, b = 2 * k + 1, 2 * k + 2
+            best = k
+            if a < n and _heap_less(heap_t, heap_r, base + a, base + best):
+                best = a
+            if b < n and _heap_less(heap_t, heap_r, base + b, base + best):
+                best = b
+            if best == k:
+                break
+            _heap_swap(heap_t, heap_r, base + k, base + best)
+            k = best
+    return r
+
+
+@njit(cache=True)
+def _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, rng, c, r):
+    """A compiled router's choice (local instance index) for request ``r``."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n_inst = i1 - i0
+    kind = clu_i[CI_ROUTER, c]
+    if kind == ROUTER_ROUND_ROBIN:
+        i = clu_i[CI_RR_NEXT, c] % n_inst
+        clu_i[CI_RR_NEXT, c] = i + 1
+        return i
+    if kind == ROUTER_RANDOM:
+        return rng.integers(0, n_inst)
+    if kind == ROUTER_JSQ:
+        return _argmin_random(inst_i[II_SCR_RUNNING, i0:i1] + inst_i[II_SCR_WAITING, i0:i1], rng)
+    if kind == ROUTER_VLLM_DP:
+        return _argmin_random(clu_f[CF_R0, c] * inst_i[II_SCR_WAITING, i0:i1] + inst_i[II_SCR_RUNNING, i0:i1], rng)
+    # ROUTER_LEAST_TOKENS: lowest index among the minima
+    return np.argmin(inst_f[IF_LT_TOKENS, i0:i1])
+
+
+@njit(cache=True)
+def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, c, r, i):
+    """Send request ``r`` to local instance ``i`` now; returns False if it was dropped."""
+    now = clu_f[CF_NOW, c]
+    g = clu_i[CI_INST0, c] + i
+    req_f[RF_DISPATCH, r] = now
+    req_i[RI_INSTANCE, r] = i
+    if not fits(req_i, inst_i, clu_i, c, g, r):
+        clu_i[CI_ACTIVE, c] -= 1
+        _final(req_i, req_f, r, now, DROPPED)
+        return False
+    est = req_i[RI_INPUT, r] - cached_tokens(req_i, unit_i, inst_i, ent, g, r)
+    req_i[RI_PREFILL_EST, r] = est
+    inst_i[II_QPREFILL, g] += est
+    inst_i[II_INFLIGHT, g] += 1
+    if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS:
+        sent = req_i[RI_INPUT, r] + clu_f[CF_EXP_OUT, c]
+        req_f[RF_SENT, r] = sent
+        inst_f[IF_LT_TOKENS, g] += sent
+    inst_i[II_PENDING, g] += 1
+    _heap_push(heap_t, heap_r, clu_i, c, now + req_f[RF_DELAY, r], r)
+    return True
+
+
+@njit(cache=True)
+def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, rng, c, r):
+    if clu_i[CI_ROUTER, c] == ROUTER_PY:  # decided outside: pause after this event
+        clu_i[CI_PENDING, c] = r
+        clu_i[CI_STATUS, c] = ST_ROUTE
+        return
+    i = _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, rng, c, r)
+    dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, c, r, i)
+
+
+@njit(cache=True)
+def _admit(req_i, clu_i, clu_f, aprob, rng, c, r):
+    kind = clu_i[CI_ADMIT, c]
+    if kind == ADMIT_PY:
+        clu_i[CI_HAS_DECISION, c] = 0
+        return clu_i[CI_DECISION, c] == 1
+    if kind == ADMIT_ALWAYS:
+        return True
+    s = clu_f[CF_SATURATION, c]
+    if kind == ADMIT_LEGACY:
+        return req_i[RI_PRIORITY, r] >= 0 or s < 1.0
+    if kind == ADMIT_PROBABILISTIC:
+        if req_i[RI_PRIORITY, r] >= 0:
+            return True
+        p = min(clu_f[CF_A0, c] * max(s, 0.0) ** clu_f[CF_A1, c], 1.0)
+        if p <= 0.0:
+            return True
+        if p >= 1.0:
+            return False
+        return rng.random() >= p
+    # ADMIT_BAND_PROBS: reject band b with probability aprob[c, b]
+    p = aprob[c, req_i[RI_BAND, r]]
+    return not (p > 0.0 and rng.random() < p)
+
+
+@njit(cache=True)
+def _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, rng, c, r, t):
+    if not _admit(req_i, clu_i, clu_f, aprob, rng, c, r):
+        _final(req_i, req_f, r, t, REJECTED)
+        return
+    clu_i[CI_ACTIVE, c] += 1
+    if clu_i[CI_FLOW, c] == FLOW_NONE:
+        _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, rng, c, r)
+        return
+    b = req_i[RI_BAND, r]
+    if bq[BQ_LEN, c, b] >= clu_i[CI_BAND_CAP, c]:
+        clu_i[CI_ACTIVE, c] -= 1
+        _final(req_i, req_f, r, t, REJECTED)
+        return
+    req_i[RI_NEXT, r] = -1
+    tail = bq[BQ_TAIL, c, b]
+    if tail >= 0:
+        req_i[RI_NEXT, tail] = r
+    else:
+        bq[BQ_HEAD, c, b] = r
+    bq[BQ_TAIL, c, b] = r
+    bq[BQ_LEN, c, b] += 1
+    req_f[RF_ENQUEUED, r] = t
+    clu_f[CF_NEXT_CYCLE, c] = min(clu_f[CF_NEXT_CYCLE, c], t)  # a cycle runs after every enqueue
+
+
+@njit(cache=True)
+def _band_pop(req_i, bq, c, b):
+    r = bq[BQ_HEAD, c, b]
+    bq[BQ_HEAD, c, b] = req_i[RI_NEXT, r]
+    if bq[BQ_HEAD, c, b] < 0:
+        bq[BQ_TAIL, c, b] = -1
+    bq[BQ_LEN, c, b] -= 1
+    return r
+
+
+@njit(cache=True)
+def expire(req_i, req_f, clu_i, clu_f, bq, c, t):
+    """Drop queued requests whose TTL ran out by ``t`` (final at enqueue + TTL)."""
+    ttl = clu_f[CF_TTL, c]
+    for b in range(clu_i[CI_NBANDS, c]):
+        while bq[BQ_LEN, c, b] and req_f[RF_ENQUEUED, bq[BQ_HEAD, c, b]] + ttl <= t:
+            r = _band_pop(req_i, bq, c, b)
+            clu_i[CI_ACTIVE, c] -= 1
+            _final(req_i, req_f, r, req_f[RF_ENQUEUED, r] + ttl, EXPIRED)
+
+
+@njit(cache=True)
+def _soft_reflective_period(s):
+    return max(1, np.floor(s / (1.0 - s) + 0.5 + 1e-9))
+
+
+@njit(cache=True)
+def _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now):
+    kind = clu_i[CI_FLOW, c]
+    if kind == FLOW_STATIC:
+        return clu_f[CF_F0, c]
+    if kind == FLOW_HOLDBACK:
+        if nb == 1:
+            return clu_f[CF_F0, c]
+        return clu_f[CF_F0, c] - b * (clu_f[CF_F0, c] - clu_f[CF_F1, c]) / (nb - 1)
+    if kind == FLOW_SOFT_REFLECTIVE:
+        if b == 0 or not s >= 1.0 - b * s / (nb - 1):
+            return 1.0
+        return 0.0 if s >= 1.0 else (1.0 if open_now else 0.0)
+    return ceil_ext[c, b]  # FLOW_FIXED or FLOW_PY
+
+
+@njit(cache=True)
+def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t, heap_r,
+                    rng, c, t):
+    """One dispatch cycle: expire, then dispatch at most one request, highest band first,
+    stopping at the first band whose ceiling is <= the saturation."""
+    expire(req_i, req_f, clu_i, clu_f, bq, c, t)
+    s = clu_f[CF_SATURATION, c]
+    nb = clu_i[CI_NBANDS, c]
+    kind = clu_i[CI_FLOW, c]
+    open_now = True
+    if kind == FLOW_SOFT_REFLECTIVE and 0.5 <= s < 1.0:
+        clu_i[CI_TICK, c] += 1
+        open_now = clu_i[CI_TICK, c] % _soft_reflective_period(s) == 0
+    if kind == FLOW_PY:
+        clu_i[CI_HAS_DECISION, c] = 0
+    blocked = False
+    for b in range(nb):
+        if s >= _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now):
+            blocked = True
+            break
+        if bq[BQ_LEN, c, b]:
+            r = _band_pop(req_i, bq, c, b)
+            _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, rng, c, r)
+            break
+    queued = False
+    oldest = np.inf
+    for b in range(nb):
+        if bq[BQ_LEN, c, b]:
+            queued = True
+            oldest = min(oldest, req_f[RF_ENQUEUED, bq[BQ_HEAD, c, b]])
+    interval = clu_f[CF_DISP_INT, c]
+    if not queued:
+        clu_f[CF_NEXT_CYCLE, c] = np.inf
+        return
+    if kind == FLOW_SOFT_REFLECTIVE:
+        stationary = s < 0.5 or s >= 1.0 or _soft_reflective_period(s) == 1
+    elif kind == FLOW_PY:
+        stationary = clu_f[CF_STATIONARY, c] > 0
+    else:
+        stationary = True
+    if blocked and stationary and clu_f[CF_SCRAPE_INT, c] > 0:
+        # Nothing changes until the saturation does (next scrape), unless a request expires.
+        clu_f[CF_NEXT_CYCLE, c] = max(t + interval, min(clu_f[CF_NEXT_SCRAPE, c], oldest + clu_f[CF_TTL, c]))
+    else:
+        clu_f[CF_NEXT_CYCLE, c] = t + interval
+
+
+@njit(cache=True)
+def is_done(clu_i, c):
+    return clu_i[CI_PTR, c] >= clu_i[CI_REQ1, c] - clu_i[CI_REQ0, c] and clu_i[CI_ACTIVE, c] == 0
+
+
+@njit(cache=True)
+def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob,
+                     lat_p, heap_t, heap_r, log, rng, c, until):
+    """The event loop of cluster ``c`` up to ``until`` or the next pause (sets CI_STATUS)."""
+    if clu_i[CI_STATUS, c] == ST_ROUTE:
+        return  # a routing decision is still owed
+    clu_i[CI_STATUS, c] = ST_TIME
+    until = min(until, clu_f[CF_HORIZON, c])
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    r0 = clu_i[CI_REQ0, c]
+    n_req = clu_i[CI_REQ1, c] - r0
+    interval = clu_f[CF_SCRAPE_INT, c]
+    while True:
+        g = i0
+        t_inst = inst_f[IF_NEXT_T, i0]
+        for k in range(i0 + 1, i1):
+            if inst_f[IF_NEXT_T, k] < t_inst:
+                t_inst = inst_f[IF_NEXT_T, k]
+                g = k
+        t_elig = heap_t[r0] if clu_i[CI_HEAP_LEN, c] else np.inf
+        ptr = clu_i[CI_PTR, c]
+        t_arr = req_f[RF_ARRIVAL, r0 + ptr] if ptr < n_req else np.inf
+        t_cycle = clu_f[CF_NEXT_CYCLE, c]
+        t = min(min(t_elig, t_inst), min(t_arr, t_cycle))
+        horizon_t = min(t, until)
+        if interval > 0 and clu_f[CF_NEXT_SCRAPE, c] <= horizon_t:
+            # State is constant between events (up to KV growth inside decode segments,
+            # which kv_used_at accounts for): only the last scrape tick before the next
+            # event needs to be taken.
+            nxt = clu_f[CF_NEXT_SCRAPE, c]
+            tick = nxt + interval * np.floor((horizon_t - nxt) / interval)
+            scrape(run, inst_i, inst_f, seg, clu_i, clu_f, c, tick)
+            clu_f[CF_NEXT_SCRAPE, c] = tick + interval
+        if t > until or t == np.inf:
+            if is_done(clu_i, c):
+                clu_i[CI_STATUS, c] = ST_DONE
+                return
+            if until < np.inf:
+                clu_f[CF_NOW, c] = until
+            clu_i[CI_STATUS, c] = ST_HORIZON if until >= clu_f[CF_HORIZON, c] else ST_TIME
+            return
+        clu_f[CF_NOW, c] = t
+        if t_elig == t:
+            r = _heap_pop(heap_t, heap_r, clu_i, c)
+            _enqueue(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p,
+                     i0 + req_i[RI_INSTANCE, r], r, t)
+        elif t_inst == t:
+            _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, g)
+            if interval == 0:
+                scrape(run, inst_i, inst_f, seg, clu_i, clu_f, c, t)
+        elif t_arr == t:
+            if clu_i[CI_ADMIT, c] == ADMIT_PY and not clu_i[CI_HAS_DECISION, c]:
+                clu_i[CI_PENDING, c] = r0 + ptr
+                clu_i[CI_STATUS, c] = ST_ADMIT
+                return
+            _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, rng,
+                    c, r0 + ptr, t)
+            clu_i[CI_PTR, c] = ptr + 1
+        else:
+            if clu_i[CI_FLOW, c] == FLOW_PY and not clu_i[CI_HAS_DECISION, c]:
+                expire(req_i, req_f, clu_i, clu_f, bq, c, t)
+                clu_i[CI_STATUS, c] = ST_CEILINGS
+                return
+            _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t,
+                            heap_r, rng, c, t)
+        if clu_i[CI_STATUS, c] == ST_ROUTE:
+            return
+        if is_done(clu_i, c):
+            clu_i[CI_STATUS, c] = ST_DONE
+            return
+
+
+@njit(cache=True)
+def advance(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob, lat_p,
+            heap_t, heap_r, log, rngs, active, until):
+    """Advance every cluster ``c`` with ``active[c]`` to ``until[c]`` or its next pause."""
+    for c in range(len(active)):
+        if active[c]:
+            _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext,
+                             aprob, lat_p, heap_t, heap_r, log, rngs[c], c, until[c])
+
+
+@njit(cache=True)
+def cached_tokens_all(req_i, unit_i, inst_i, ent, i0, i1, r):
+    """:func:`cached_tokens` of request ``r`` on instances ``i0:i1``."""
+    out = np.empty(i1 - i0, np.int64)
+    for g in range(i0, i1):
+        out[g - i0] = cached_tokens(req_i, unit_i, inst_i, ent, g, r)
+    return out
+
+
+@njit(cache=True)
+def fits_all(req_i, inst_i, clu_i, c, r):
+    """:func:`fits` of request ``r`` on every instance of cluster ``c``."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    out = np.empty(i1 - i0, np.bool_)
+    for g in range(i0, i1):
+        out[g - i0] = fits(req_i, inst_i, clu_i, c, g, r)
+    return out

@@ -1,0 +1,64 @@
+"""Field indices of the batched engine state (see :mod:`llmsched_gym.engine.state`).
+
+The state of C clusters lives in a few 2-D numpy arrays, one row per field and one
+column per request, instance or cluster; the compiled kernels index them with these
+constants (numba folds module-level integers into the code).
+
+numba's on-disk cache is keyed on the source of the module that defines a function, not
+on the modules whose constants it folds in: after editing this file, delete the cached
+kernels (``rm llmsched_gym/engine/__pycache__/*.nb[ic]``) or they keep the old values.
+"""
+
+# Requests, int64 ``req_i[field, r]`` (all clusters' requests back to back).
+(RI_INPUT, RI_OUTPUT, RI_BAND, RI_PRIORITY, RI_UNIT0, RI_UNIT1, RI_GENERATED, RI_HELD, RI_INSTANCE,
+ RI_PREFIX_HIT, RI_SCHEDULED, RI_PREEMPTIONS, RI_OUTCOME, RI_PREFILL_EST, RI_NEXT) = range(15)
+N_RI = 15
+# Requests, float64 ``req_f[field, r]``: times in seconds; delays precomputed per request.
+(RF_ARRIVAL, RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED, RF_DELAY, RF_FINISH_DELAY,
+ RF_SENT) = range(9)
+N_RF = 9
+# Prefix units, int64 ``unit_i[field, u]``: cluster-local dense key, full blocks, token end.
+U_KEY, U_BLOCKS, U_END = range(3)
+N_U = 3
+# Instances, int64 ``inst_i[field, g]``.
+(II_CLUSTER, II_TOTAL, II_USED, II_EVICTABLE, II_NRUN, II_WQ_HEAD, II_WQ_TAIL, II_WQ_LEN, II_PENDING,
+ II_SEG_LEN, II_SEG_USED0, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_ENT0, II_INFLIGHT, II_QPREFILL,
+ II_SCR_WAITING, II_SCR_RUNNING) = range(19)
+N_II = 19
+# Instances, float64 ``inst_f[field, g]``.
+IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS = range(4)
+N_IF = 4
+# Running batch, int64 ``run[g, field, slot]`` in admission order.
+RUN_ID, RUN_INP, RUN_OUT, RUN_COMP, RUN_GEN, RUN_SHARED, RUN_TAKE, RUN_PREFILL, RUN_DECODE, RUN_DONE = range(10)
+N_RUN = 10
+# Prefix-cache entries, int64 ``ent[field, e]``; instance g's entry for key k is ENT0[g] + k.
+EN_REF, EN_BLOCKS, EN_PREV, EN_NEXT = range(4)
+N_EN = 4
+# Clusters, int64 ``clu_i[field, c]``.
+(CI_REQ0, CI_REQ1, CI_INST0, CI_INST1, CI_PTR, CI_ACTIVE, CI_HEAP_LEN, CI_NBANDS, CI_STATUS, CI_PENDING,
+ CI_DECISION, CI_HAS_DECISION, CI_ROUTER, CI_RR_NEXT, CI_FLOW, CI_TICK, CI_ADMIT, CI_MAX_SEQS, CI_BUDGET,
+ CI_BS, CI_MAX_LEN, CI_SKIP, CI_BAND_CAP, CI_LAT_KIND, CI_INTEGER_US, CI_LOG_LEN, CI_LOG_FINISH) = range(27)
+N_CI = 27
+# Clusters, float64 ``clu_f[field, c]``; P0.. are the compiled policies' parameters.
+(CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
+ CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1) = range(16)
+N_CF = 16
+# Band queues, int64 ``bq[field, c, band]`` (band 0 = highest priority).
+BQ_HEAD, BQ_TAIL, BQ_LEN = range(3)
+
+# Status of a cluster after an advance.
+ST_TIME, ST_HORIZON, ST_DONE, ST_ROUTE, ST_ADMIT, ST_CEILINGS = range(6)
+STATUS_NAMES = ("time", "horizon", "done", "route", "admit", "ceilings")
+
+# Compiled policies (0 = decided in Python at a pause).
+ROUTER_PY, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_JSQ, ROUTER_VLLM_DP, ROUTER_LEAST_TOKENS = range(6)
+FLOW_NONE, FLOW_PY, FLOW_STATIC, FLOW_HOLDBACK, FLOW_SOFT_REFLECTIVE, FLOW_FIXED = range(6)
+ADMIT_PY, ADMIT_ALWAYS, ADMIT_LEGACY, ADMIT_PROBABILISTIC, ADMIT_BAND_PROBS = range(5)
+
+# Outcomes (same codes as llmsched_gym.requests).
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED = range(5)
+
+#: Decode iterations planned at once (bounds the per-instance segment buffer). A shorter
+#: cap would not change any iteration, but the extra segment ends are events at which a
+#: lazy metrics scrape is taken, which moves scrape ticks by float rounding.
+SEGMENT_CHUNK = 4096

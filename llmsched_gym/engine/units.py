@@ -1,0 +1,53 @@
+"""Prefix units of every request, computed once per workload (vectorized).
+
+A unit is the prompt span covered by one id of the request's hash chain
+(``G = hash_block_tokens >= block_size``), or one KV block keyed by the chain id of its
+last hash block (``G < block_size``). A unit owns ``floor(len / block_size)`` full
+blocks; only full blocks are cacheable (as in vLLM), so a request's units stop at its
+first unit without a full block. Keys are mapped to dense ids per workload, which index
+the per-instance prefix-cache tables of the compiled engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ConfigError
+from ..workload import Workload
+
+
+def prefix_units(workload: Workload, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """(offsets[n+1], dense keys, blocks, token ends, number of distinct keys) of all units."""
+    n = len(workload)
+    G, bs = workload.hash_block_tokens, block_size
+    if G and not (G % bs == 0 or bs % G == 0):
+        raise ConfigError(f"hash_block_tokens={G} and block_size={bs}: one must divide the other")
+    m = np.diff(workload.hash_offsets)  # hash ids per request
+    inp = workload.input_tokens
+    if G == 0 or n == 0:
+        counts = np.zeros(n, np.int64)
+    elif G >= bs:
+        counts = np.where(inp >= bs, np.minimum(m, (inp - bs) // G + 1), 0)
+    else:
+        counts = inp // bs
+    counts = np.where(m > 0, counts, 0).astype(np.int64)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    total = int(offsets[-1])
+    if total == 0:
+        empty = np.zeros(0, np.int64)
+        return offsets, empty, empty, empty, 0
+    req = np.repeat(np.arange(n), counts)
+    k = np.arange(total, dtype=np.int64) - offsets[req]  # unit index within its request
+    base = workload.hash_offsets[req]
+    if G >= bs:
+        keys = workload.hash_ids[base + k]
+        start = k * G
+        blocks = np.minimum(G, inp[req] - start) // bs
+    else:
+        idx = np.minimum((k + 1) * (bs // G) - 1, m[req] - 1)
+        keys = workload.hash_ids[base + idx]
+        start = k * bs
+        blocks = np.ones(total, np.int64)
+    ends = start + blocks * bs
+    uniq, dense = np.unique(keys, return_inverse=True)
+    return offsets, dense.astype(np.int64), blocks.astype(np.int64), ends.astype(np.int64), len(uniq)

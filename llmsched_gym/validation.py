@@ -1,0 +1,546 @@
+"""One validation layer for every entry point.
+
+CLI flags, policy specs (``NAME:key=value``), scenario YAML and ``make_scenario``
+keywords, environment keywords, trace options and output paths are all checked with the
+helpers here *before* any simulation starts. A bad value raises
+:class:`~llmsched_gym.errors.ConfigError` (a ``ValueError``) whose message is one line
+naming the field, the value and what is allowed, e.g.::
+
+    policy 'llm-d': prefix_weight='abc' is invalid; it must be a finite number
+        (llm-d takes queue_weight: float = 2.0, kv_weight: float = 2.0, ...)
+
+The CLI prints that line and exits with code 2 (see docs/architecture.md, "Bad input").
+
+Types come from annotations and are checked with pydantic in strict mode (no string to
+number, no bool to int, no non-finite floats); ranges come from the rule tables below.
+Results are written atomically (:func:`atomic_write_text`): a temporary file in the
+target directory, then ``os.replace``, so a failed write never leaves a partial file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import math
+import numbers
+import os
+import tempfile
+import types
+import typing
+from pathlib import Path
+
+from .errors import ConfigError, MissingExtraError, OutputError
+
+#: How to install the reinforcement-learning extra (torch, stable-baselines3, sb3-contrib).
+RL_INSTALL = 'pip install -e ".[rl]"'
+#: How a CPU-only machine gets the CPU build of torch (before the extra).
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+RL_MODULES = ("torch", "stable_baselines3", "sb3_contrib")
+
+
+def invalid(field: str, value, want: str) -> ConfigError:
+    """``field=value is invalid; want`` as a ConfigError."""
+    return ConfigError(f"{field}={value!r} is invalid; {want}")
+
+
+# ====================================================================== numbers and names
+def _fmt(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _range_text(gt, ge, lt, le) -> str:
+    if ge is not None and le is not None:
+        return f"in [{_fmt(ge)}, {_fmt(le)}]"
+    if gt is not None and le is not None:
+        return f"in ({_fmt(gt)}, {_fmt(le)}]"
+    parts = [f"{op} {_fmt(v)}" for op, v in ((">", gt), (">=", ge), ("<", lt), ("<=", le)) if v is not None]
+    return " and ".join(parts)
+
+
+def check_number(field: str, value, *, gt=None, ge=None, lt=None, le=None, integer: bool = False,
+                 none_ok: bool = False, finite: bool = True):
+    """``value`` as an int (``integer``) or float in the given range, else ConfigError.
+
+    Rejects bools, strings and (unless ``finite=False``) NaN and infinities. ``none_ok``
+    lets None through (returned as None).
+    """
+    if value is None and none_ok:
+        return None
+    kind = "an integer" if integer else ("a finite number" if finite else "a number")
+    rng = _range_text(gt, ge, lt, le)
+    want = f"it must be {kind}" + (f" {rng}" if rng else "") + (" (or none)" if none_ok else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise invalid(field, value, want)
+    if integer:
+        if not isinstance(value, numbers.Integral):
+            raise invalid(field, value, want)
+        v = int(value)
+    else:
+        v = float(value)
+        if math.isnan(v) or (finite and not math.isfinite(v)):
+            raise invalid(field, value, want)
+    if ((gt is not None and not v > gt) or (ge is not None and not v >= ge)
+            or (lt is not None and not v < lt) or (le is not None and not v <= le)):
+        raise invalid(field, value, want)
+    return v
+
+
+def check_seed(field: str, value) -> int:
+    """A seed: an integer >= 0."""
+    return check_number(field, value, integer=True, ge=0)
+
+
+def check_name(field: str, value, *, none_ok: bool = False, what: str = "a name") -> str | None:
+    """A non-empty string (surrounding blanks are an error too)."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, str) and not value.strip():
+        raise invalid(field, value, f"it must not be empty; give {what}")
+    if not isinstance(value, str):
+        raise invalid(field, value, f"it must be {what} (a string)")
+    return value
+
+
+def check_choice(field: str, value, allowed) -> str:
+    """``value`` if it is one of ``allowed`` (listed in the error)."""
+    allowed = list(allowed)
+    if isinstance(value, (list, dict, set)) or value not in allowed:
+        raise invalid(field, value, f"allowed: {', '.join(map(str, allowed))}")
+    return value
+
+
+def check_keys(field: str, d, allowed, *, what: str = "key") -> dict:
+    """``d`` if it is a mapping whose keys are all in ``allowed``."""
+    allowed = list(allowed)
+    if not isinstance(d, dict):
+        raise invalid(field, d, f"it must be a mapping with keys among {', '.join(allowed)}")
+    unknown = [k for k in d if k not in allowed]
+    if unknown:
+        raise ConfigError(f"{field}: unknown {what}(s) {', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
+    return d
+
+
+# ====================================================================== typed values (pydantic)
+_NONE = type(None)
+_NAMES = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", dict: "a mapping",
+          list: "a list", tuple: "a list", _NONE: "none"}
+
+
+def describe_type(tp) -> str:
+    """What a value of annotation ``tp`` looks like, in words (for error messages)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        words = [describe_type(a) for a in args if a is not _NONE] + (["none"] if _NONE in args else [])
+        return " or ".join(dict.fromkeys(words))
+    if origin is typing.Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(tp)))
+    if origin is not None:
+        return _NAMES.get(origin, getattr(origin, "__name__", str(tp)))
+    return _NAMES.get(tp, f"a {getattr(tp, '__name__', str(tp))}")
+
+
+def type_name(tp) -> str:
+    """Short annotation text: ``float``, ``int | None``."""
+    if tp is None or tp is inspect.Parameter.empty:
+        return ""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(type_name(a) for a in typing.get_args(tp))
+    if tp is _NONE:
+        return "None"
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(tp):
+    """A strict pydantic TypeAdapter for ``tp`` (None where pydantic cannot build one)."""
+    try:
+        from pydantic import ConfigDict, TypeAdapter
+
+        return TypeAdapter(tp, config=ConfigDict(strict=True, allow_inf_nan=False, arbitrary_types_allowed=True))
+    except Exception:  # an annotation pydantic has no schema for: the type is not checked
+        return None
+
+
+def _plain(v):
+    """numpy scalars as Python scalars (so strict validation accepts them)."""
+    if type(v).__module__ == "numpy" and hasattr(v, "item"):
+        try:
+            return v.item()
+        except (TypeError, ValueError):
+            return v
+    return v
+
+
+def type_ok(value, tp) -> tuple[bool, object]:
+    """``(True, validated value)`` if ``value`` matches annotation ``tp``, else ``(False, value)``."""
+    if tp is None or tp is inspect.Parameter.empty or tp is typing.Any or tp is object:
+        return True, value
+    try:
+        hash(tp)
+    except TypeError:
+        return True, value
+    ad = _adapter(tp)
+    if ad is None:
+        return True, value
+    from pydantic import ValidationError
+
+    try:
+        return True, ad.validate_python(_plain(value))
+    except ValidationError:
+        return False, value
+
+
+def check_typed(field: str, value, tp):
+    """``value`` validated against annotation ``tp`` (strict), else ConfigError."""
+    ok, v = type_ok(value, tp)
+    if not ok:
+        raise invalid(field, value, f"it must be {describe_type(tp)}")
+    return v
+
+
+# ====================================================================== call signatures
+def _hints(obj) -> dict:
+    target = obj.__init__ if inspect.isclass(obj) else obj
+    try:
+        return typing.get_type_hints(target)
+    except Exception:
+        return {}
+
+
+def signature_params(func) -> list[tuple[str, object, object]]:
+    """``[(name, annotation, default)]`` of a callable's keyword parameters.
+
+    A parameter without an annotation takes its default's type (bool, int, float, str).
+    """
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return []
+    hints = _hints(func)
+    out = []
+    for name, p in sig.parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY) or name == "self":
+            continue
+        tp = hints.get(name)
+        if tp is None and type(p.default) in (bool, int, float, str):
+            tp = type(p.default)
+        out.append((name, tp, p.default))
+    return out
+
+
+def _accepts_var_keywords(func) -> bool:
+    try:
+        return any(p.kind == p.VAR_KEYWORD for p in inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return True
+
+
+def describe_params(params) -> str:
+    """``a: float = 1.0, b: int = 4`` for :func:`signature_params` output."""
+    parts = []
+    for name, tp, default in params:
+        t = type_name(tp)
+        s = name + (f": {t}" if t else "")
+        if default is not inspect.Parameter.empty:
+            s += f" = {default!r}"
+        parts.append(s)
+    return ", ".join(parts)
+
+
+def check_call_kwargs(owner: str, func, kwargs: dict, *, what: str = "parameter", label: str | None = None,
+                      skip=()) -> dict:
+    """Check keyword arguments against ``func``'s signature before calling it.
+
+    Unknown names, missing required parameters and values of the wrong type raise a
+    ConfigError that lists the parameters ``func`` takes (``owner`` prefixes the
+    message, ``label`` names the callable in the listing). Returns the validated kwargs.
+    """
+    params = [p for p in signature_params(func) if p[0] not in skip]
+    label = label or owner
+    takes = f"{label} takes {describe_params(params)}" if params else f"{label} takes no {what}s"
+    names = {p[0] for p in params}
+    if not _accepts_var_keywords(func):
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            raise ConfigError(f"{owner}: unknown {what}{'s' if len(unknown) > 1 else ''} "
+                              f"{', '.join(map(repr, unknown))}; {takes}")
+    out = dict(kwargs)
+    for name, tp, default in params:
+        if name not in kwargs:
+            if default is inspect.Parameter.empty:
+                raise ConfigError(f"{owner}: missing {what} {name!r}; {takes}")
+            continue
+        ok, v = type_ok(kwargs[name], tp)
+        if not ok:
+            raise ConfigError(f"{owner}: {name}={kwargs[name]!r} is invalid; it must be {describe_type(tp)} ({takes})")
+        out[name] = v
+    return out
+
+
+# ====================================================================== configuration dataclasses
+_POS_INT = {"integer": True, "ge": 1}
+CLUSTER_RULES = {"instances": _POS_INT, "tp": _POS_INT, "gpu_memory_utilization": {"gt": 0, "le": 1},
+                 "scrape_interval_s": {"ge": 0}}
+ENGINE_RULES = {"max_num_seqs": _POS_INT, "max_num_batched_tokens": _POS_INT, "block_size": _POS_INT,
+                "max_model_len": {"integer": True, "ge": 1, "none_ok": True}}
+GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": _POS_INT, "dispatch_interval_s": {"gt": 0}}
+
+
+def check_fields(prefix: str, cls, values: dict, rules: dict, skip=()) -> None:
+    """Each of ``values`` (fields of dataclass ``cls``) against its rule or annotation."""
+    hints = _class_hints(cls)
+    for name, v in values.items():
+        if name in skip:
+            continue
+        field = f"{prefix}.{name}" if prefix else name
+        if name in rules:
+            check_number(field, v, **rules[name])
+        else:
+            check_typed(field, v, hints.get(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_hints(cls) -> dict:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:
+        return {}
+
+
+def check_kv_blocks(field: str, value) -> None:
+    if value is None or value == "unlimited":
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise invalid(field, value, "use an integer > 0, 'unlimited' or none (derived from GPU memory)")
+
+
+def check_engine(engine, prefix: str = "engine") -> None:
+    """An EngineConfig (or its dict) field by field."""
+    from dataclasses import fields, is_dataclass
+
+    from .simulator import EngineConfig  # the engine the simulator runs
+
+    if isinstance(engine, dict):
+        check_keys(prefix, engine, [f.name for f in fields(EngineConfig)], what="field")
+        cls, values = EngineConfig, engine
+    elif is_dataclass(engine) and not isinstance(engine, type):
+        cls, values = type(engine), {f.name: getattr(engine, f.name) for f in fields(engine)}
+    else:
+        raise invalid(prefix, engine, "it must be an EngineConfig or a mapping of its fields")
+    check_fields(prefix, cls, values, ENGINE_RULES)
+
+
+def check_cluster(c, prefix: str = "cluster") -> None:
+    """A ClusterConfig: types from its annotations, ranges from :data:`CLUSTER_RULES`."""
+    from dataclasses import fields
+
+    values = {f.name: getattr(c, f.name) for f in fields(c)}
+    check_fields(prefix, type(c), values, CLUSTER_RULES, skip=("engine", "kv_blocks"))
+    check_kv_blocks(f"{prefix}.kv_blocks", c.kv_blocks)
+    check_engine(c.engine, f"{prefix}.engine")
+
+
+def check_policy_ref(field: str, value, *, none_ok: bool = True) -> None:
+    """A policy given as a name/spec string, a Policy object, or None."""
+    from .policy import Policy
+
+    if value is None and none_ok or isinstance(value, Policy):
+        return
+    check_name(field, value, what="a policy name (see `llmsched-gym policies`)")
+
+
+def check_gateway(g, prefix: str = "gateway") -> None:
+    """A GatewayConfig: policies are names or objects, ranges from :data:`GATEWAY_RULES`."""
+    from dataclasses import fields
+
+    values = {f.name: getattr(g, f.name) for f in fields(g)}
+    check_fields(prefix, type(g), values, GATEWAY_RULES, skip=("router", "admission", "flow_control"))
+    for k in ("router", "admission", "flow_control"):
+        check_policy_ref(f"{prefix}.{k}", values[k], none_ok=k != "router")
+
+
+# ====================================================================== scenarios
+#: make_scenario keywords: numeric rules (the rest are names, policies or paths).
+SCENARIO_OVERRIDE_RULES = {
+    "qps": {"gt": 0}, "load": {"gt": 0}, "paper_qps": {"gt": 0},
+    "instances": _POS_INT, "horizon_s": {"gt": 0, "none_ok": True}, "capacity_horizon_s": {"gt": 0},
+    "duration_s": {"gt": 0}, "num_requests": _POS_INT, "scrape_interval_s": {"ge": 0},
+}
+
+
+def check_scenario_overrides(overrides: dict) -> None:
+    """Types and ranges of ``make_scenario`` keywords (names are checked by the caller)."""
+    for k, v in overrides.items():
+        if v is None and k in ("qps", "load", "paper_qps"):
+            continue  # not given
+        if k in SCENARIO_OVERRIDE_RULES:
+            check_number(k, v, **SCENARIO_OVERRIDE_RULES[k])
+        elif k in ("hardware", "model", "latency_model"):
+            check_name(k, v)
+        elif k == "kv_blocks":
+            check_kv_blocks(k, v)
+        elif k in ("router", "flow_control", "admission"):
+            check_policy_ref(k, v, none_ok=k != "router")
+        elif k == "trace_path":
+            if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
+                raise invalid(k, v, "it must be a file path")
+
+
+# ====================================================================== environments
+#: Environment keywords besides the scenario overrides (see docs/environments.md).
+ENV_KEYWORDS = ("scenario", "reward", "horizon", "observation", "reward_scale", "unserved_penalty_s",
+                "priority_weights", "control_interval", "router", "flow_control", "admission")
+
+
+def check_env_keywords(kind: str, kwargs: dict) -> None:
+    """Names, types and ranges of an environment's constructor keywords."""
+    from .scenarios import _OVERRIDES, Scenario
+
+    allowed = list(ENV_KEYWORDS) + sorted(_OVERRIDES - set(ENV_KEYWORDS))
+    unknown = [k for k in kwargs if k not in allowed]
+    env = {"routing": "Routing", "flow_control": "FlowControl", "admission": "Admission"}.get(kind, kind)
+    if unknown:
+        raise ConfigError(f"llmsched/{env}-v0: unknown keyword{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
+    sc = kwargs.get("scenario")
+    if sc is not None and not isinstance(sc, (Scenario, os.PathLike)):
+        check_name("scenario", sc, what="a scenario name or YAML path")
+    if kwargs.get("horizon", ...) is not ...:
+        check_number("horizon", kwargs["horizon"], gt=0, none_ok=True)
+    if "reward_scale" in kwargs:
+        check_number("reward_scale", kwargs["reward_scale"], gt=0)
+    if "unserved_penalty_s" in kwargs:
+        check_number("unserved_penalty_s", kwargs["unserved_penalty_s"], ge=0, none_ok=True)
+    if "control_interval" in kwargs:
+        check_number("control_interval", kwargs["control_interval"], gt=0)
+    if "reward" in kwargs:
+        check_name("reward", kwargs["reward"], what="a reward name")
+    pw = kwargs.get("priority_weights")
+    if pw is not None:
+        if not isinstance(pw, dict):
+            raise invalid("priority_weights", pw, "it must be a mapping {priority (integer): weight >= 0}")
+        for p, w in pw.items():
+            if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+                raise invalid("priority_weights", pw, "its keys must be integer priorities (0 critical, -1 sheddable)")
+            check_number(f"priority_weights[{p!r}]", w, ge=0)
+    obs = kwargs.get("observation")
+    if obs is not None:
+        if not isinstance(obs, dict):
+            raise invalid("observation", obs, "it must be a mapping with keys exclude, normalize")
+        if "normalize" in obs:
+            check_typed("observation['normalize']", obs["normalize"], bool)
+        ex = obs.get("exclude", ())
+        if isinstance(ex, str) or not isinstance(ex, (list, tuple, set)) or not all(isinstance(x, str) for x in ex):
+            raise invalid("observation['exclude']", ex, "it must be a list of observation key names")
+    check_scenario_overrides({k: v for k, v in kwargs.items() if k in _OVERRIDES})
+
+
+# ====================================================================== optional extras
+def require_extra(feature: str, modules=RL_MODULES, extra: str = "rl") -> None:
+    """Raise MissingExtraError (one line: what is missing and how to install it) unless
+    every module of ``modules`` imports."""
+    import importlib
+
+    missing = []
+    for m in modules:
+        try:
+            importlib.import_module(m)
+        except ImportError:
+            missing.append(m.replace("_", "-"))
+    if missing:
+        how = RL_INSTALL if extra == "rl" else f'pip install -e ".[{extra}]"'
+        raise MissingExtraError(f"{feature} needs the [{extra}] extra ({', '.join(missing)} not installed): {how}"
+                                + (f" (CPU-only machines: {CPU_TORCH} first)" if "torch" in missing else ""))
+
+
+# ====================================================================== output paths
+def _nearest_existing(p: Path) -> Path:
+    q = p
+    while not q.exists() and q.parent != q:
+        q = q.parent
+    return q
+
+
+def _probe_writable(field: str, target, d: Path) -> None:
+    if not d.is_dir():
+        raise OutputError(f"{field}={str(target)!r} is invalid; {d} exists and is not a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".llmsched-gym-probe-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise OutputError(f"{field}={str(target)!r} is invalid; cannot write in {d} ({e.strerror or e})") from None
+
+
+def check_output_file(field: str, path) -> Path:
+    """A file path results can be written to: not a directory, its directory creatable and
+    writable. Checked before a run; creates nothing."""
+    if path is None or not str(path).strip():
+        raise invalid(field, "" if path is None else str(path), "give a file path, e.g. results.json")
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise OutputError(f"{field}={str(path)!r} is invalid; it is a directory, give a file path inside it")
+    if p.exists() and not p.is_file():
+        raise OutputError(f"{field}={str(path)!r} is invalid; it exists and is not a regular file")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise OutputError(f"{field}={str(path)!r} is invalid; the file is not writable")
+    _probe_writable(field, path, _nearest_existing(p.parent.resolve() if p.parent != Path("") else Path.cwd()))
+    return p
+
+
+def check_output_dir(field: str, path) -> Path:
+    """A directory results can be written into (existing or creatable, writable)."""
+    if path is None or not str(path).strip():
+        raise invalid(field, "" if path is None else str(path), "give a directory path")
+    p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise OutputError(f"{field}={str(path)!r} is invalid; it exists and is not a directory")
+    _probe_writable(field, path, _nearest_existing(p.resolve()))
+    return p
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (a temporary file, then ``os.replace``).
+
+    Creates missing parent directories. On any failure the temporary file is removed,
+    ``path`` keeps its old content (or stays absent), and an OutputError names it.
+    """
+    p = Path(path)
+    tmp = None
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, p)
+        tmp = None
+    except OSError as e:
+        raise OutputError(f"cannot write {p}: {e.strerror or e}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return p
+
+
+def atomic_write_text(path, text: str) -> Path:
+    """:func:`atomic_write_bytes` for text (UTF-8)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def fallback_dir(prefix: str = "llmsched-gym-") -> Path:
+    """A fresh directory under the system temporary directory, for results that could not
+    be written where asked (so a finished run is never lost)."""
+    return Path(tempfile.mkdtemp(prefix=prefix))

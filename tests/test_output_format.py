@@ -1,0 +1,117 @@
+"""What a newcomer reads: tables, figures and progress totals (issue 12)."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+
+import pytest
+
+
+def test_run_table_has_no_duplicate_all_row_for_one_class(capsys):
+    from llmsched_gym.cli import main
+
+    assert main(["run", "--scenario", "codegen", "--qps", "2", "--horizon", "1"]) == 0
+    two_classes = capsys.readouterr().out
+    assert all(re.search(rf"│ +{c} │", two_classes) for c in ("critical", "sheddable", "all")), two_classes
+
+    from llmsched_gym.cli import _print_summary
+
+    one = {"critical": _metrics(), "all": _metrics()}
+    _print_summary({"scenario": "x", "qps": 1.0, "seed": 0, "router": "jsq", "flow_control": None,
+                    "admission": "always-admit", "classes": one, "prefix_hit_token_ratio": 0.0, "preemptions": 0,
+                    "sim_seconds": 1.0, "wall_seconds": 0.1})
+    out = capsys.readouterr().out
+    assert re.search(r"│ +critical │", out) and not re.search(r"│ +all │", out), out
+
+
+def _metrics():
+    keys = ("requests", "finished", "rejected", "expired", "dropped", "in_flight")
+    return {**{k: 0 for k in keys}, **{k: math.nan for k in (
+        "ttft_mean", "ttft_p50", "ttft_p99", "tpot_mean", "tpot_p99", "e2e_p99", "throughput_rps",
+        "output_tokens_per_s")}}
+
+
+def test_compare_table_names_policies_in_full_and_explains_columns():
+    from rich.console import Console
+
+    from llmsched_gym.evaluation import Study, evaluate, print_study
+
+    long = "static-usage-limit:threshold=0.95+label=static-usage-limit-threshold-0.95"
+    table = evaluate("codegen", ["static-usage-limit", long], 1, qps=2, overrides={"duration_s": 2}, workers=1)
+    buf = io.StringIO()
+    print_study(Study("codegen", [], "static-usage-limit"), table, table.stats(baseline="static-usage-limit"),
+                Console(file=buf, width=190))  # what `compare` uses when piped
+    text = buf.getvalue()
+    assert "static-usage-limit-threshold-0.95" in text  # the label in full, on one line
+    assert "static-usage-li…" not in text
+    assert "SLO:" in text and "rej+exp:" in text and "expired" in text
+
+
+def _stats(kind: str):
+    recs = []
+    for i, rate in enumerate((0.3, 0.6)):
+        for m in ("ttft_mean", "ttft_p99", "tpot_mean"):
+            recs.append({"scenario": "s", "class": "all", "policy": "p", "point": f"{kind}={rate:g}",
+                         "rate": rate, "qps": 10.0 * (i + 1), "metric": m, "median": 0.05 * (i + 1),
+                         "ci_low": 0.04 * (i + 1), "ci_high": 0.06 * (i + 1), "change": 0.2, "change_low": 0.1,
+                         "change_high": 0.3})
+    return recs
+
+
+@pytest.mark.parametrize("kind, label, x", [("load", "load (fraction", [0.3, 0.6]),
+                                            ("paper_qps", "published QPS", [0.3, 0.6]),
+                                            ("qps", "req/s", [10.0, 20.0])])
+def test_load_sweep_axis_in_the_users_units(tmp_path, monkeypatch, kind, label, x):
+    import matplotlib.pyplot as plt
+
+    from llmsched_gym import plots
+
+    seen = {}
+    real_close = plt.close
+
+    def keep(fig):
+        seen["fig"] = fig
+        real_close(fig)
+
+    monkeypatch.setattr(plt, "close", keep)
+    plots.plot_load_sweep(_stats(kind), tmp_path / "sweep.png", scenario="s")
+    ax = seen["fig"].axes[0]
+    assert label in ax.get_xlabel()
+    assert list(ax.lines[0].get_xdata()) == x
+    ax.figure.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_yticklabels(which="both") if t.get_text()]
+    assert ticks and not any("10^" in t or "times" in t for t in ticks), ticks
+    assert (tmp_path / "sweep.png").stat().st_size > 0
+
+
+def test_change_bar_labels_sit_beyond_the_error_bars(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from llmsched_gym import plots
+
+    seen = {}
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: (seen.setdefault("fig", fig), real_close(fig)))
+    stats = [dict(r, policy=pol) for r in _stats("load") for pol in ("base", "new")]
+    for r in stats:
+        r["metric"] = "ttft_p99"
+    plots.plot_change_bars(stats, tmp_path / "bars.png", scenario="s", baseline="base", cls="all",
+                           metrics=(("ttft_p99", "TTFT p99"),))
+    ax = seen["fig"].axes[0]
+    labels = [t for t in ax.texts if t.get_text().endswith("%")]
+    assert labels
+    for t in labels:  # change +20%, interval up to +30%: the label starts at or above 30
+        assert t.xy[1] >= 30 - 1e-9
+
+
+def test_train_steps_round_up_to_whole_rollouts():
+    pytest.importorskip("stable_baselines3")
+    from agents.train import rounded_timesteps
+
+    assert rounded_timesteps("maskable-ppo", 60_000, 8, {"n_steps": 256}) == (
+        61_440, "--timesteps 60,000 rounded up to 61,440: whole rollouts of 2,048 steps (n_steps 256 x 8 envs)")
+    assert rounded_timesteps("ppo", 10, 8, {"n_steps": 256})[0] == 2048
+    assert rounded_timesteps("sac", 30_000, 4, {}) == (30_000, "")
+    assert rounded_timesteps("sac", 10, 4, {})[0] == 12
