@@ -35,6 +35,11 @@ ROUTERS = ["lmetric", "jsq", "vllm-dp", "bailian", "dynamo", "aibrix", "llm-d", 
 SWEEP_ROUTERS = ["lmetric", "jsq", "llm-d", "bailian", "dynamo"]
 SWEEP_LOADS = [0.3, 0.5, 0.7, 0.8]
 ROUTING_SCENARIOS = ["chatbot", "agent", "coder", "toolagent"]
+#: llm-d's probabilistic admitter vs the binary gate (legacy), no flow control, as in the
+#: plugin's benchmark (llm-d-router requestcontrol/admitter/probabilisticadmitter/README.md).
+ADM_POLICIES = ["admission=legacy+flow_control=none+label=legacy",
+                "admission=probabilistic+flow_control=none+label=probabilistic"]
+ADM_LOADS = {"load=0.5": "under", "load=0.8": "mid"}
 
 
 def studies(quick: bool) -> list[Study]:
@@ -53,6 +58,9 @@ def studies(quick: bool) -> list[Study]:
                      ("all",), "load sweep"))
     out.append(Study("kv-hotspot", ["jsq", "lmetric-no-detector", "lmetric"], "jsq", {"load": [0.5]}, {},
                      ("all",), "KV hotspot"))
+    for sc, d in (("codegen", 90), ("chat", 60)):
+        out.append(Study(sc, ADM_POLICIES, "legacy", {"load": [float(k.split("=")[1]) for k in ADM_LOADS]}, short(d),
+                         ("critical", "sheddable", "all"), "admission"))
     return out
 
 
@@ -225,6 +233,8 @@ def render(results: list, quick: bool, runtime_s: float, seeds: list[int]) -> st
     fc_notes, fc_verdicts = [], []
     for sc in ("codegen", "chat", "reasoning"):
         for _st, table, stats in by.get(sc, []):
+            if _st.title != "flow control":
+                continue
             for pt in table.unique("point"):
                 t = _chg(stats, sc, pt, "ttft_p99")
                 e = _chg(stats, sc, pt, "e2e_p99")
@@ -372,10 +382,84 @@ def render(results: list, quick: bool, runtime_s: float, seeds: list[int]) -> st
             L.append(ROUTING_NOTES["hotspot"] + "\n")
         L.append("![kv-hotspot CDFs](figures/kv-hotspot-ttft-tpot-cdf.png)\n")
 
+    L += admission_section(by, quick)
+
     # ---------------------------------------------------------------- summary
     L.insert(next(i for i, x in enumerate(L) if x.startswith("## 1.")), "## Summary\n\n" + "\n".join(f"- {x}" for x in route_summary) + "\n"
              + fc_summary(fc_verdicts) + "\n")
     return "\n".join(L) + "\n"
+
+
+def admission_saturation(scenario: str, load: float, admission: str, quick: bool, seed: int = 0) -> tuple[float, float]:
+    """Median and maximum saturation (0.5 s samples, seed 0) without flow control."""
+    import numpy as np
+
+    from llmsched_gym.scenarios import make_scenario
+
+    over = {"duration_s": {"chat": 60, "codegen": 90}[scenario]} if quick else {}
+    sim = make_scenario(scenario, load=load, **over).simulator(seed, flow_control=None, admission=admission)
+    sat, t = [], 0.0
+    while sim.advance(t) != "done":
+        sat.append(sim.saturation)
+        t += 0.5
+    return float(np.median(sat)), float(np.max(sat))
+
+
+def admission_section(by: dict, quick: bool = False) -> list[str]:
+    """Section 5: the probabilistic admitter vs the binary gate (legacy) at under- and mid-load."""
+    runs = [(sc, st, table, stats) for sc in ("codegen", "chat") for st, table, stats in by.get(sc, [])
+            if st.title == "admission"]
+    if not runs:
+        return []
+    L = ["## 5. Admission: probabilistic admitter vs the binary gate (legacy)\n",
+         "No flow control; `legacy` rejects a sheddable request iff saturation >= 1 (llm-d without flow "
+         "control), `probabilistic` rejects it with probability `min(k s^power, 1)` (k 300, power 5, its own "
+         "thresholds 5 and 0.8) and always admits critical requests. Loads are fractions of the measured "
+         "capacity. Goodput and throughput are over all arrivals of the arrival window (a rejected request "
+         "misses its SLO). Published (llm-d-router's plugin README, Qwen3-14B, mid load vs the binary gate): "
+         "critical P99 TTFT -7% / -13% / -69% / -97% on four workloads, for 5-20% of aggregate throughput "
+         "(8-10% typical).\n",
+         "| scenario | point | saturation p50 / max, legacy vs prob. | legacy crit TTFT p99 | prob. crit TTFT p99 "
+         "| Δ crit TTFT p99 | Δ crit TPOT mean | sheddable rejected | Δ aggregate goodput | Δ aggregate throughput "
+         "| simulation |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
+    verdicts = []
+    for sc, _st, table, stats in runs:
+        for pt in table.unique("point"):
+            base = _rec(stats, sc, pt, "legacy", "ttft_p99", "critical")
+            prob = _rec(stats, sc, pt, "probabilistic", "ttft_p99", "critical")
+            t = _chg(stats, sc, pt, "ttft_p99", "critical", "probabilistic")
+            tp = _chg(stats, sc, pt, "tpot_mean", "critical", "probabilistic")
+            g = _chg(stats, sc, pt, "goodput_rps", "all", "probabilistic")
+            h = _chg(stats, sc, pt, "throughput_rps", "all", "probabilistic")
+            rej = _rec(stats, sc, pt, "probabilistic", "rejected", "sheddable")
+            n = [r["requests"] for r in table.rows if r["policy"] == "probabilistic" and r["class"] == "sheddable"
+                 and r["point"] == pt]
+            share = rej["median"] / (sum(n) / len(n)) if rej and n and sum(n) else math.nan
+            regime = ADM_LOADS.get(pt, "")
+            if regime == "mid":
+                v = "direction agrees" if t < 0 and h < 0 else "**disagrees**"
+                cost = ("within" if -0.20 <= h <= -0.05 else "outside") + " the published 5-20%"
+                verdicts.append(f"{sc} {pt}: critical TTFT p99 {_pct(t)} for {_pct(h)} aggregate throughput "
+                                f"(cost {cost}): {v}")
+            else:
+                v = "(no published TTFT figure)"
+            load = float(pt.split("=")[1])
+            (ml, xl), (mp, xp) = (admission_saturation(sc, load, a, quick) for a in ("legacy", "probabilistic"))
+            L.append(f"| {sc} | {pt} ({regime}) | {ml:.2f} / {xl:.2f} vs {mp:.2f} / {xp:.2f} | "
+                     f"{_s(base['median'] if base else math.nan)} | "
+                     f"{_s(prob['median'] if prob else math.nan)} | {_pct(t)} | {_pct(tp)} | {_pct(share)[1:]} | "
+                     f"{_pct(g)} | {_pct(h)} | {v} |")
+    L.append("")
+    L += [f"- {x}" for x in verdicts]
+    L.append("\nMechanism: below capacity the utilization saturation `mean(max(waiting/5, kv/0.8))` stays well "
+             "under 1, so the binary gate admits everything, while it crosses the admitter's ramp (p = 1% at "
+             "s = 0.13, 12% at 0.21, full shedding from 0.32): the admitter sheds sheddable requests until the "
+             "saturation sits near the ramp. Fewer sheddable requests in the batches the critical ones share "
+             "lowers their TPOT and queueing, at the cost of the shed requests' goodput. The published -69% / "
+             "-97% points had baselines queueing for seconds (critical P99 14 s and 23 s); the legacy baseline "
+             "here keeps its critical P99 under half a second up to load 0.8, so there is less to remove.\n")
+    return L
 
 
 def main(argv=None) -> int:
@@ -416,7 +500,8 @@ def main(argv=None) -> int:
         all_stats += stats
         if st.title == "load sweep":
             continue
-        make_figures(st, table, stats, FIG)
+        name = table.rows[0]["scenario"] if table.rows else str(st.scenario)
+        make_figures(st, table, stats, FIG, prefix=f"{name}-admission" if st.title == "admission" else None)
     ResultTable(all_stats).to_csv(FIG / "summary.csv")
     text = render(results, args.quick, runtime, seeds)
     Path(args.out).write_text(text)

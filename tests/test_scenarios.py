@@ -116,13 +116,13 @@ def test_half_load_keeps_queues_short_overload_grows_them(quick_capacity):
 def test_steady_state_criterion_and_how_capacity_was_found(quick_capacity):
     C = quick_capacity
     sc = small_codegen(1)
-    rec = C.capacity_record(sc, rel_tol=0.05)
+    rec = C.capacity_record(sc)
     assert rec["source"] == "measured now" and rec["method"] == C.METHOD
     cap = rec["qps"]
     # the search brackets the capacity: the last stable and the first unstable rate
     steps = {q: stable for q, stable, *_ in rec["steps"]}
     assert steps[cap] and not steps[rec["first_unstable_qps"]]
-    assert rec["first_unstable_qps"] / cap - 1 <= 0.05
+    assert rec["first_unstable_qps"] / cap - 1 <= 0.02
     assert not any(stable and q > cap for q, stable in steps.items())
     # the window: capacity_horizon_s, service times of the heaviest requests, enough arrivals
     p99 = rec["service"]["p99_s"]
@@ -255,7 +255,9 @@ def test_cli_trace_replay_json_keys(tmp_path):
     out = tmp_path / "s.json"
     assert main(["run", "--trace", str(trace), "--trace-format", "azure", "--limit", "400", "--instances", "2",
                  "--critical-share", "0.3", "--seed", "3", "--json", str(out)]) == 0
-    s = json.loads(out.read_text())
+    runs = json.loads(out.read_text())  # one entry per seed, always a list
+    assert isinstance(runs, list) and len(runs) == 1
+    s = runs[0]
     for key in ("classes", "outcomes", "prefix_hit_token_ratio", "sim_seconds", "wall_seconds"):
         assert key in s
     assert s["outcomes"]["finished"] == 400
