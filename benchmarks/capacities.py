@@ -51,6 +51,19 @@ def check(table: dict, names: list[str]) -> list[str]:
     return [n for n in names if n not in entries or entries[n]["fingerprint"] != make_scenario(n).fingerprint()]
 
 
+def write_table(entries: dict) -> None:
+    """The table, one line per scenario (readable diffs)."""
+    lines = [f"  {json.dumps(name)}: {json.dumps(rec, sort_keys=True)}" for name, rec in sorted(entries.items())]
+    text = ("{\n" f' "method": {json.dumps(C.METHOD)},\n'
+            ' "note": "Capacities of the built-in scenarios (docs/scenarios.md, Rates and capacity); '
+            'regenerate with python benchmarks/capacities.py",\n'
+            ' "scenarios": {\n' + ",\n".join(lines) + "\n }\n}\n")
+    json.loads(text)  # well formed
+    tmp = C.SHIPPED_TABLE.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(C.SHIPPED_TABLE)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help="scenarios to (re)measure (default: every built-in one)")
@@ -76,11 +89,7 @@ def main(argv=None) -> int:
                          "measured_wall_s": round(wall, 1)}
         print(f"{name:28s} {rec['qps']:10.3f} req/s  window {rec['window_s']:7.0f} s  "
               f"{len(rec['steps'])} checks  {wall:6.1f} s", flush=True)
-        out = {"method": C.METHOD,
-               "note": "Capacities of the built-in scenarios (docs/scenarios.md, 'Rates and capacity'); "
-                       "regenerate with python benchmarks/capacities.py",
-               "scenarios": dict(sorted(entries.items()))}
-        C.SHIPPED_TABLE.write_text(json.dumps(out, indent=1) + "\n")  # after each, so a stop keeps the rest
+        write_table(entries)  # after each, so a stop keeps the rest
     return 0
 
 

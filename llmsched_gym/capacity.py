@@ -24,7 +24,11 @@ for any request mix (docs/scenarios.md, "Rates and capacity"). The definition:
      the second half is at most ``TOLERANCE x offered + instances``.
 
   A rate ``TOLERANCE`` above capacity grows both by about that much; a stable rate's
-  growth is noise around zero.
+  growth is noise around zero. If instead the second half is still *draining* a backlog
+  the first half built (delivered above ``1 + TOLERANCE`` of offered: a cold prefix
+  cache, a burst), the run had not
+  reached steady state by ``W/2``; the check is repeated with the window doubled, at most
+  ``MAX_EXTENSIONS`` times.
 * **Search.** Doubling from the workload's base rate to the first unstable rate, then a
   geometric bisection to ``rel_tol`` (2%); the capacity is the highest stable rate found.
   Everything is seeded (seed 0), so the result is deterministic.
@@ -56,8 +60,11 @@ MIN_ARRIVALS = 2000
 #: Allowed shortfall of delivered vs offered, and growth of the waiting queue, as a
 #: fraction of the second half's arrivals.
 TOLERANCE = 0.03
+#: A check whose second half is still draining is repeated with the window doubled, at most this often.
+MAX_EXTENSIONS = 3
 #: Identifies the definition; part of every fingerprint, so a change re-measures.
-METHOD = f"steady-state/v1/service_times={SERVICE_TIMES}/min_arrivals={MIN_ARRIVALS}/tolerance={TOLERANCE}"
+METHOD = (f"steady-state/v2/service_times={SERVICE_TIMES}/min_arrivals={MIN_ARRIVALS}/tolerance={TOLERANCE}"
+          f"/extensions={MAX_EXTENSIONS}")
 #: Requests priced for the service-time percentile (evenly spaced over the workload).
 SERVICE_SAMPLE = 2000
 _GRID = 64
@@ -139,6 +146,12 @@ class SteadyState:
     waiting_limit: float     # TOLERANCE x offered + instances
     waiting_end: int         # requests waiting for a first token when the window ends
     ttft_mean_s: float       # over the window's arrivals; still waiting: censored at the end
+    extensions: int = 0      # times the window was doubled because its second half was draining
+
+    @property
+    def draining(self) -> bool:
+        """The second half drains a backlog the first half built: not yet steady."""
+        return self.delivered_ratio > 1.0 + TOLERANCE
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -151,10 +164,23 @@ def _lsq_growth(t: np.ndarray, y: np.ndarray) -> float:
 
 
 def steady_state(scenario, qps: float, seed: int = 0, window_s: float | None = None) -> SteadyState:
-    """Run ``scenario`` at ``qps`` over the capacity window and apply the criterion."""
+    """Run ``scenario`` at ``qps`` over the capacity window and apply the criterion,
+    doubling the window while its second half is still draining (module docstring)."""
+    window = capacity_window(scenario, qps, seed) if window_s is None else float(window_s)
+    for k in range(MAX_EXTENSIONS + 1):
+        check, span = _check(scenario, qps, seed, window)
+        # a trace shorter than the window cannot be extended
+        if not check.draining or k == MAX_EXTENSIONS or span < 0.9 * window:
+            check.extensions = k
+            return check
+        window *= 2
+    raise AssertionError("unreachable")
+
+
+def _check(scenario, qps: float, seed: int, window: float) -> tuple[SteadyState, float]:
+    """One run over ``window``: the figures of the criterion, and the arrivals' span."""
     from .scenarios import TraceSource
 
-    window = capacity_window(scenario, qps, seed) if window_s is None else float(window_s)
     # A copy with its own workload specs: at_rate() shares them with ``scenario``.
     sc = replace(scenario.at_rate(qps), workload=copy.deepcopy(scenario.workload))
     for s in sc.specs:
@@ -190,7 +216,7 @@ def steady_state(scenario, qps: float, seed: int = 0, window_s: float | None = N
 
     ttft = request_records(tab, t1)["ttft_or_wait"]
     return SteadyState(float(qps), window, stable, offered, finished, float(delivered), growth, float(limit),
-                       int(waiting[-1]), float(np.nanmean(ttft)) if np.isfinite(ttft).any() else float("nan"))
+                       int(waiting[-1]), float(np.nanmean(ttft)) if np.isfinite(ttft).any() else float("nan")), t1 - t0
 
 
 # ====================================================================== search

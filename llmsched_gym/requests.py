@@ -29,7 +29,8 @@ class RequestTable:
             RI_PREFIX_HIT, RI_SCHEDULED,
         )
 
-        r0, r1 = int(state.req_off[c]), int(state.req_off[c + 1])
+        r0 = int(state.req_off[c])
+        r1 = r0 + len(workload)
         ri, rf = state.req_i, state.req_f
         self.workload = workload
         self.n = len(workload)

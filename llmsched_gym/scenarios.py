@@ -188,11 +188,12 @@ class Scenario:
         return parts[0] if len(parts) == 1 else merge_workloads(parts, name=self.name)
 
     def simulator(self, seed: int = 0, *, router=None, flow_control=..., admission=None,
-                  workload: Workload | None = None, horizon_s=..., **gateway) -> Simulator:
+                  workload: Workload | None = None, horizon_s=..., batch: bool = True, **gateway) -> Simulator:
         """A :class:`Simulator` of this scenario; policy arguments override the defaults.
 
         ``flow_control=None`` disables the gateway queue; leave it out to keep the
-        scenario's default.
+        scenario's default. ``batch=False`` leaves it to be placed in a shared batched
+        state (:class:`~llmsched_gym.simulator.SimulatorBatch`).
         """
         from .validation import check_number, check_seed
 
@@ -207,7 +208,7 @@ class Scenario:
         if flow_control is not ...:
             g.flow_control = flow_control
         return Simulator(workload if workload is not None else self.build_workload(seed), self.cluster, g,
-                         seed=seed, horizon_s=self.horizon_s if horizon_s is ... else horizon_s)
+                         seed=seed, horizon_s=self.horizon_s if horizon_s is ... else horizon_s, batch=batch)
 
     def to_dict(self) -> dict:
         """YAML-ready description (what :func:`scenario_from_dict` reads back)."""

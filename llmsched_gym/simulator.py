@@ -19,7 +19,7 @@ import numpy as np
 from .engine import EngineConfig
 from .engine.layout import (
     BQ_HEAD, BQ_LEN, CF_A0, CF_F0, CF_NEXT_CYCLE, CF_NOW, CF_R0, CF_SATURATION, CF_STATIONARY, CI_ACTIVE,
-    CI_ADMIT, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_LOG_FINISH, CI_LOG_LEN, CI_PENDING, CI_PTR, CI_ROUTER,
+    CI_ADMIT, CI_DECISION, CI_FLOW, CI_LAST_ROUTE, CI_HAS_DECISION, CI_LOG_FINISH, CI_LOG_LEN, CI_PENDING, CI_PTR, CI_ROUTER,
     CI_STATUS, IF_SCR_KV, IF_SCRAPE_T, II_INFLIGHT, II_ITERS, II_QPREFILL, II_SCR_RUNNING, II_SCR_WAITING,
     II_TOTAL, RF_ENQUEUED, ROUTER_PY, ST_ADMIT, ST_ROUTE, ST_TIME, STATUS_NAMES,
 )
@@ -160,7 +160,7 @@ class Simulator:
         self._band_index = (np.searchsorted(-lookup, -workload.priority) if len(workload)
                             else np.zeros(0, np.int64)).astype(np.int64)
         self.expected_output = float(workload.output_tokens.mean()) if len(workload) else 0.0
-        self.pending_info: RequestInfo | None = None  # the request of the latest routing decision
+        self._info: RequestInfo | None = None  # cache of pending_info
         self.wall_seconds = 0.0
         self.inputs = ClusterInputs(
             workload=workload, band_index=self._band_index, num_bands=len(self.band_priorities), instances=I,
@@ -172,12 +172,8 @@ class Simulator:
             SimulatorBatch([self])
 
     def _attach(self, state: EngineState, c: int) -> None:
-        """Bind to cluster ``c`` of a batched state (called by :class:`SimulatorBatch`)."""
-        self.state, self.c = state, c
-        self.r0 = int(state.req_off[c])
-        i0, i1 = int(state.inst_off[c]), int(state.inst_off[c + 1])
+        """Start this simulation in slot ``c`` of a batched state (loaded with its inputs)."""
         ci, cf = state.clu_i, state.clu_f
-        self._ci, self._cf = ci[:, c], cf[:, c]  # this cluster's scalars (views)
         codes = lower_policies(self.router, self.flow, self.admission)
         ci[CI_ROUTER, c], ci[CI_FLOW, c], ci[CI_ADMIT, c] = codes.router, codes.flow, codes.admission
         cf[CF_R0, c] = codes.router_params[0] if codes.router_params else 0.0
@@ -186,26 +182,37 @@ class Simulator:
         for k, v in enumerate(codes.admission_params):
             cf[CF_A0 + k, c] = v
         self._python_router = codes.router == ROUTER_PY and not self.external_router
-        self.router = self.router  # Python routers hear of finishes (see the setter)
-        self.table = RequestTable(self.workload, self.cluster.engine.block_size, state, c)
-        I = i1 - i0
-        ii, inf = state.inst_i, state.inst_f
-        self.in_flight, self.queued_prefill = ii[II_INFLIGHT, i0:i1], ii[II_QPREFILL, i0:i1]
-        self.kv_blocks = ii[II_TOTAL, i0:i1].copy()
-        self._scrape_t = inf[IF_SCRAPE_T, i0:i1]
+        I = self.cluster.instances
         self.view = RouterView(
-            now=0.0, num_instances=I, waiting=ii[II_SCR_WAITING, i0:i1], running=ii[II_SCR_RUNNING, i0:i1],
-            kv_util=inf[IF_SCR_KV, i0:i1], metrics_age_s=np.zeros(I), in_flight=self.in_flight,
-            queued_prefill_tokens=self.queued_prefill, saturation=0.0,
+            now=0.0, num_instances=I, waiting=None, running=None, kv_util=None, metrics_age_s=np.zeros(I),
+            in_flight=None, queued_prefill_tokens=None, saturation=0.0,
             prefix_hit_tokens=self.prefix_hit_tokens, latency_model=self.latency,
-            engine=self.cluster.engine, kv_blocks=self.kv_blocks, rng=self.rng,
+            engine=self.cluster.engine, kv_blocks=None, rng=self.rng,
             band_priorities=self.band_priorities, band_lengths=np.zeros(len(self.band_priorities), np.int64),
             band_oldest_wait_s=np.zeros(len(self.band_priorities)), arrivals_since=self.arrivals_since,
         )
+        self._bind(state, c)
+        self.router = self.router  # Python routers hear of finishes (see the setter)
         for p in (self.router, self.admission, self.flow):
             if p is not None:
                 p.bind(self.view)
         state.scrape(c, 0.0)
+
+    def _bind(self, state: EngineState, c: int) -> None:
+        """Point the table and the view at slot ``c`` of ``state`` (also after the state
+        was regrown: the simulation itself is unchanged)."""
+        self.state, self.c = state, c
+        self.r0 = int(state.req_off[c])
+        i0, i1 = int(state.inst_off[c]), int(state.inst_off[c + 1])
+        self._ci, self._cf = state.clu_i[:, c], state.clu_f[:, c]  # this cluster's scalars (views)
+        self.table = RequestTable(self.workload, self.cluster.engine.block_size, state, c)
+        ii, inf = state.inst_i, state.inst_f
+        self.in_flight, self.queued_prefill = ii[II_INFLIGHT, i0:i1], ii[II_QPREFILL, i0:i1]
+        self.kv_blocks = ii[II_TOTAL, i0:i1].copy()
+        self._scrape_t = inf[IF_SCRAPE_T, i0:i1]
+        v = self.view
+        v.waiting, v.running, v.kv_util = ii[II_SCR_WAITING, i0:i1], ii[II_SCR_RUNNING, i0:i1], inf[IF_SCR_KV, i0:i1]
+        v.in_flight, v.queued_prefill_tokens, v.kv_blocks = self.in_flight, self.queued_prefill, self.kv_blocks
 
     @property
     def router(self) -> RoutingPolicy | None:
@@ -249,6 +256,17 @@ class Simulator:
         return int(self._ci[CI_PENDING]) - self.r0 if self._ci[CI_STATUS] == ST_ROUTE else None
 
     @property
+    def pending_info(self) -> RequestInfo | None:
+        """The request of the latest routing decision pause (the one awaiting a decision
+        while ``pending_route`` is set), or None before the first."""
+        r = int(self._ci[CI_LAST_ROUTE]) - self.r0
+        if r < 0:
+            return None
+        if self._info is None or self._info.id != r:
+            self._info = self.request_info(r)
+        return self._info
+
+    @property
     def saturation(self) -> float:
         """The saturation detector's value as of the last scrape."""
         return float(self._cf[CF_SATURATION])
@@ -281,6 +299,14 @@ class Simulator:
         """
         if self.flow is not None and self.state.bq[BQ_LEN, self.c].any():
             self._cf[CF_NEXT_CYCLE] = min(self._cf[CF_NEXT_CYCLE], self.now)
+
+    def set_ceilings(self, ceilings: np.ndarray) -> None:
+        """Per-band ceilings (band 0 highest) of an externally set usage limit (FlowControl env)."""
+        self.state.ceil_ext[self.c, :len(self.band_priorities)] = ceilings
+
+    def set_rejection_probs(self, probs: np.ndarray) -> None:
+        """Per-band rejection probabilities of an externally set admission (Admission env)."""
+        self.state.aprob[self.c, :len(self.band_priorities)] = probs
 
     def request_info(self, r: int) -> RequestInfo:
         w = self.workload
@@ -374,13 +400,27 @@ class SimulatorBatch:
     Args:
         sims: simulators built with ``batch=False``; each is bound to one cluster of the
             batch and stays usable on its own (``sim.run()``, ``sim.advance``).
+        slack: room per slot for reloading a slot with a larger workload (:meth:`replace`).
     """
 
-    def __init__(self, sims: list[Simulator]):
+    def __init__(self, sims: list[Simulator], slack: float = 1.0):
         self.sims = list(sims)
-        self.state = EngineState([s.inputs for s in self.sims])
+        self.state = EngineState([s.inputs for s in self.sims], slack=slack)
         for c, s in enumerate(self.sims):
             s._attach(self.state, c)
+
+    def replace(self, c: int, sim: Simulator) -> None:
+        """Start ``sim`` (built with ``batch=False``) in slot ``c``, ending what ran there.
+        A workload too large for the slot regrows the whole state (other clusters' runs
+        are moved, not changed)."""
+        if not self.state.has_room(c, sim.inputs):
+            self.state = self.state.regrown(c, sim.inputs)
+            for k, other in enumerate(self.sims):
+                if k != c:
+                    other._bind(self.state, k)
+        self.state.load(c, sim.inputs)
+        self.sims[c] = sim
+        sim._attach(self.state, c)
 
     def run(self) -> "SimulatorBatch":
         """Simulate every cluster until it drains or reaches its horizon."""
@@ -410,9 +450,6 @@ class SimulatorBatch:
             for c in np.flatnonzero(active & (st >= ST_ROUTE)).tolist():
                 sim = sims[c]
                 if st[c] == ST_ROUTE:
-                    r = int(ci[CI_PENDING, c]) - sim.r0
-                    if sim.pending_info is None or sim.pending_info.id != r:
-                        sim.pending_info = sim.request_info(r)
                     if not sim._python_router:
                         sim._replay_finishes()
                         continue  # an external decision is owed: stay paused

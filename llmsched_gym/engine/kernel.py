@@ -29,7 +29,7 @@ from .layout import (
     CF_A0, CF_A1, CF_DISP_INT, CF_EXP_OUT, CF_F0, CF_F1, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE,
     CF_NEXT_SCRAPE, CF_NOW, CF_R0, CF_SATURATION, CF_SCRAPE_INT, CF_STATIONARY, CF_TTL, CI_ACTIVE, CI_ADMIT,
     CI_BAND_CAP, CI_BS, CI_BUDGET, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_HEAP_LEN, CI_INST0, CI_INST1,
-    CI_INTEGER_US, CI_LAT_KIND, CI_LOG_FINISH, CI_LOG_LEN, CI_MAX_LEN, CI_MAX_SEQS, CI_NBANDS, CI_PENDING,
+    CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_LOG_FINISH, CI_LOG_LEN, CI_MAX_LEN, CI_MAX_SEQS, CI_NBANDS, CI_PENDING,
     CI_PTR, CI_REQ0, CI_REQ1, CI_ROUTER, CI_RR_NEXT, CI_SKIP, CI_STATUS, CI_TICK, DROPPED, EN_BLOCKS,
     EN_NEXT, EN_PREV, EN_REF, EXPIRED, FINISHED, FLOW_FIXED, FLOW_HOLDBACK, FLOW_NONE, FLOW_PY,
     FLOW_SOFT_REFLECTIVE, FLOW_STATIC, IF_LT_TOKENS, IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, II_CLUSTER,
@@ -41,7 +41,7 @@ from .layout import (
     RI_PREFIX_HIT, RI_PRIORITY, RI_SCHEDULED, RI_UNIT0, RI_UNIT1, ROUTER_JSQ, ROUTER_LEAST_TOKENS,
     ROUTER_PY, ROUTER_RANDOM, ROUTER_ROUND_ROBIN, ROUTER_VLLM_DP, RUN_COMP, RUN_DECODE, RUN_DONE,
     RUN_GEN, RUN_ID, RUN_INP, RUN_OUT, RUN_PREFILL, RUN_SHARED, RUN_TAKE, ST_ADMIT, ST_CEILINGS, ST_DONE,
-    ST_HORIZON, ST_ROUTE, ST_TIME, U_BLOCKS, U_END, U_KEY, SEGMENT_CHUNK,
+    ST_HORIZON, ST_ROUTE, ST_TIME, U_BLOCKS, U_END, U_KEY, SEGMENT_CHUNK, N_RUN,
 )
 from .steptime import prefill_terms, step_us
 
@@ -50,6 +50,16 @@ from .steptime import prefill_terms, step_us
 @njit(cache=True, inline="always")
 def _cdiv(a, b):
     return -((-a) // b)
+
+
+@njit(cache=True, inline="always")
+def _blocks(tokens, bs):
+    """KV blocks holding ``tokens >= 0`` tokens. vLLM's default 16-token block takes a
+    shift: this runs for every running request on every iteration, and a 64-bit division
+    by a runtime value costs tens of cycles."""
+    if bs == 16:
+        return (tokens + 15) >> 4
+    return (tokens + bs - 1) // bs
 
 
 @njit(cache=True)
@@ -281,7 +291,7 @@ def _blocks_after(run, inst_i, g, bs, j):
     s = 0
     for k in range(inst_i[II_NRUN, g]):
         comp = R[RUN_COMP, k]
-        s += (comp + (j + bs - 1)) // bs - (comp + (bs - 1)) // bs
+        s += _blocks(comp + j, bs) - _blocks(comp, bs)
     return s
 
 
@@ -382,24 +392,63 @@ def _affordable_iterations(run, inst_i, g, bs, k):
 
 
 @njit(cache=True)
+def _batch_sums(R, n, kind, bs):
+    """One pass over the first ``n`` running requests with their planned ``RUN_TAKE``:
+    (new blocks, tokens taken, prefilling count, prefill tokens, attention-pair sum,
+    past-token sum, decoding count, decode context sum); sets RUN_PREFILL."""
+    n_new, taken, n_pf, n_dec, ctx = 0, 0, 0, 0, 0
+    sum_t, pairs, past = 0.0, 0.0, 0.0
+    for j in range(n):
+        take, comp = R[RUN_TAKE, j], R[RUN_COMP, j]
+        n_new += _blocks(comp + take, bs) - _blocks(comp, bs)
+        taken += take
+        is_prefill = take > 0 and R[RUN_DECODE, j] == 0
+        R[RUN_PREFILL, j] = 1 if is_prefill else 0
+        if is_prefill:
+            n_pf += 1
+            tf = float(take)
+            sum_t += tf
+            a, b = prefill_terms(kind, tf, float(R[RUN_INP, j] + R[RUN_GEN, j]), float(comp))
+            pairs += a
+            past += b
+        elif take > 0:
+            n_dec += 1
+            ctx += comp
+    return n_new, taken, n_pf, sum_t, pairs, past, n_dec, ctx
+
+
+@njit(cache=True)
 def _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t):
-    """Form the iteration of instance ``g`` starting at ``t`` (vLLM v1 order), set its end."""
+    """Form the iteration of instance ``g`` starting at ``t`` (vLLM v1 order), set its end.
+
+    The running batch is scanned once in the common case (every request's whole need fits
+    the token budget): needs, the decode-only test, the segment bounds and the step
+    model's sums come out of the same pass.
+    """
     c = inst_i[II_CLUSTER, g]
     bs, budget, max_seqs = clu_i[CI_BS, c], clu_i[CI_BUDGET, c], clu_i[CI_MAX_SEQS, c]
+    kind = clu_i[CI_LAT_KIND, c]
     R = run[g]
     n = inst_i[II_NRUN, g]
     total_need = 0
+    min_gen = np.iinfo(np.int64).max
+    left = np.iinfo(np.int64).max
     for j in range(n):
-        total_need += R[RUN_INP, j] + R[RUN_GEN, j] - R[RUN_COMP, j]
-    before = 0
-    n_new = 0
-    for j in range(n):
-        need = R[RUN_INP, j] + R[RUN_GEN, j] - R[RUN_COMP, j]
-        take = need if total_need <= budget else min(need, max(budget - before, 0))
-        before += need
-        R[RUN_TAKE, j] = take
-        comp = R[RUN_COMP, j]
-        n_new += (comp + take + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+        gen = R[RUN_GEN, j]
+        need = R[RUN_INP, j] + gen - R[RUN_COMP, j]
+        total_need += need
+        R[RUN_TAKE, j] = need
+        # A decoding request needs exactly its next token (decided before admission).
+        R[RUN_DECODE, j] = 1 if (need == 1 and gen >= 1) else 0
+        min_gen = min(min_gen, gen)
+        left = min(left, R[RUN_OUT, j] - gen)
+    if total_need > budget:  # chunk: earlier requests first, within the budget
+        before = 0
+        for j in range(n):
+            need = R[RUN_TAKE, j]
+            R[RUN_TAKE, j] = min(need, max(budget - before, 0))
+            before += need
+    n_new, taken, n_pf, sum_t, pairs, past, n_dec, ctx = _batch_sums(R, n, kind, bs)
     preempted = False
     if n_new > inst_i[II_TOTAL, g] - inst_i[II_USED, g]:
         # Preempt the most recently admitted until the rest of the batch fits.
@@ -410,78 +459,51 @@ def _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t):
             cum = 0
             for j in range(m):
                 comp = R[RUN_COMP, j]
-                cum += (comp + R[RUN_TAKE, j] + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+                cum += _blocks(comp + R[RUN_TAKE, j], bs) - _blocks(comp, bs)
             if cum <= inst_i[II_TOTAL, g] - inst_i[II_USED, g]:
                 break
             _preempt_last(req_i, unit_i, inst_i, ent, run, g, bs)
             preempted = True
         n = inst_i[II_NRUN, g]
         total_need = 0
-        n_new = 0
         for j in range(n):
-            comp = R[RUN_COMP, j]
-            total_need += R[RUN_INP, j] + R[RUN_GEN, j] - comp
-            n_new += (comp + R[RUN_TAKE, j] + (bs - 1)) // bs - (comp + (bs - 1)) // bs
+            total_need += R[RUN_INP, j] + R[RUN_GEN, j] - R[RUN_COMP, j]
+        n_new, taken, n_pf, sum_t, pairs, past, n_dec, ctx = _batch_sums(R, n, kind, bs)
 
     # Decode-only batch (every need is 1) that nothing can join: plan a segment.
-    if clu_i[CI_SKIP, c] and n and not preempted and total_need == n and total_need <= budget:
-        min_gen = R[RUN_GEN, 0]
-        left = R[RUN_OUT, 0] - R[RUN_GEN, 0]
-        for j in range(1, n):
-            min_gen = min(min_gen, R[RUN_GEN, j])
-            left = min(left, R[RUN_OUT, j] - R[RUN_GEN, j])
-        if min_gen >= 1 and not _can_admit(req_i, unit_i, inst_i, ent, g, budget - n, bs, max_seqs):
-            k = min(left, SEGMENT_CHUNK)
-            if k > 1:
-                k = _affordable_iterations(run, inst_i, g, bs, k)
-            if k > 1:
-                ctx0 = 0
-                for j in range(n):
-                    ctx0 += R[RUN_COMP, j]
-                kind, integer_us = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c]
-                p = lat_p[c]
-                end = t
-                for i in range(k):
-                    end = end + step_us(kind, p, integer_us, 0, 0.0, 0.0, 0.0, n,
-                                        float(ctx0) + float(n) * float(i)) * 1e-6
-                    seg[g, i] = end
-                inst_i[II_SEG_LEN, g] = k
-                inst_i[II_SEG_USED0, g] = inst_i[II_USED, g]
-                inst_f[IF_NEXT_T, g] = end
-                return
+    if (clu_i[CI_SKIP, c] and n and not preempted and total_need == n and total_need <= budget
+            and min_gen >= 1 and not _can_admit(req_i, unit_i, inst_i, ent, g, budget - n, bs, max_seqs)):
+        k = min(left, SEGMENT_CHUNK)
+        if k > 1:
+            k = _affordable_iterations(run, inst_i, g, bs, k)
+        if k > 1:
+            integer_us = clu_i[CI_INTEGER_US, c]
+            p = lat_p[c]
+            end = t
+            for i in range(k):
+                end = end + step_us(kind, p, integer_us, 0, 0.0, 0.0, 0.0, n,
+                                    float(ctx) + float(n) * float(i)) * 1e-6
+                seg[g, i] = end
+            inst_i[II_SEG_LEN, g] = k
+            inst_i[II_SEG_USED0, g] = inst_i[II_USED, g]
+            inst_f[IF_NEXT_T, g] = end
+            return
 
     _allocate(inst_i, ent, g, n_new)
-    taken = 0
-    for j in range(n):
-        R[RUN_DECODE, j] = 1 if (R[RUN_INP, j] + R[RUN_GEN, j] - R[RUN_COMP, j] == 1 and R[RUN_GEN, j] >= 1) else 0
-        taken += R[RUN_TAKE, j]
     if not preempted or not n:
         _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget - taken, bs, max_seqs)
     m = inst_i[II_NRUN, g]
     if m == 0:
         inst_f[IF_NEXT_T, g] = np.inf
         return
-    kind = clu_i[CI_LAT_KIND, c]
-    n_pf = 0
-    n_dec = 0
-    sum_t = 0.0
-    pairs = 0.0
-    past = 0.0
-    ctx = 0
-    for j in range(m):
-        take = R[RUN_TAKE, j]
-        is_prefill = take > 0 and R[RUN_DECODE, j] == 0
-        R[RUN_PREFILL, j] = 1 if is_prefill else 0
-        if is_prefill:
-            n_pf += 1
-            tf = float(take)
-            sum_t += tf
-            a, b = prefill_terms(kind, tf, float(R[RUN_INP, j] + R[RUN_GEN, j]), float(R[RUN_COMP, j]))
-            pairs += a
-            past += b
-        elif take > 0:
-            n_dec += 1
-            ctx += R[RUN_COMP, j]
+    for j in range(n, m):  # newly admitted requests prefill their first chunk
+        R[RUN_PREFILL, j] = 1
+        tf = float(R[RUN_TAKE, j])
+        n_pf += 1
+        sum_t += tf
+        a, b = prefill_terms(kind, tf, float(R[RUN_INP, j] + R[RUN_GEN, j]), float(R[RUN_COMP, j]))
+        pairs += a
+        past += b
     step = step_us(kind, lat_p[c], clu_i[CI_INTEGER_US, c], n_pf, sum_t, pairs, past, n_dec, float(ctx))
     inst_i[II_SEG_LEN, g] = 0
     inst_f[IF_NEXT_T, g] = t + step * 1e-6
@@ -524,12 +546,15 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
     if m > 0:
         inst_i[II_ITERS, g] += m
         inst_i[II_SEG_LEN, g] = 0
-        _allocate(inst_i, ent, g, _blocks_after(run, inst_i, g, bs, m))
+        grown = 0
         for j in range(n):
-            R[RUN_COMP, j] += m
+            comp = R[RUN_COMP, j]
+            grown += _blocks(comp + m, bs) - _blocks(comp, bs)
+            R[RUN_COMP, j] = comp + m
             R[RUN_GEN, j] += m
             R[RUN_DONE, j] = 1 if R[RUN_GEN, j] >= R[RUN_OUT, j] else 0
             any_done |= R[RUN_DONE, j] == 1
+        _allocate(inst_i, ent, g, grown)
     else:
         ftd = clu_f[CF_FT_DELAY, c]
         for j in range(n):
@@ -544,7 +569,6 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                     req_i[RI_PREFILL_EST, r] = 0
             R[RUN_DONE, j] = 1 if (emit and R[RUN_GEN, j] >= R[RUN_OUT, j]) else 0
             any_done |= R[RUN_DONE, j] == 1
-        for j in range(n):
             if R[RUN_PREFILL, j]:
                 _register_units(req_i, unit_i, inst_i, ent, R, g, j)
     if any_done:
@@ -552,7 +576,8 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
         for j in range(n):
             if not R[RUN_DONE, j]:
                 if keep != j:
-                    R[:, keep] = R[:, j]
+                    for f in range(N_RUN):
+                        R[f, keep] = R[f, j]
                 keep += 1
                 continue
             r = R[RUN_ID, j]
@@ -706,6 +731,7 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
 def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, rng, c, r):
     if clu_i[CI_ROUTER, c] == ROUTER_PY:  # decided outside: pause after this event
         clu_i[CI_PENDING, c] = r
+        clu_i[CI_LAST_ROUTE, c] = r
         clu_i[CI_STATUS, c] = ST_ROUTE
         return
     i = _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, rng, c, r)

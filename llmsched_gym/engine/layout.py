@@ -11,8 +11,8 @@ kernels (``rm llmsched_gym/engine/__pycache__/*.nb[ic]``) or they keep the old v
 
 # Requests, int64 ``req_i[field, r]`` (all clusters' requests back to back).
 (RI_INPUT, RI_OUTPUT, RI_BAND, RI_PRIORITY, RI_UNIT0, RI_UNIT1, RI_GENERATED, RI_HELD, RI_INSTANCE,
- RI_PREFIX_HIT, RI_SCHEDULED, RI_PREEMPTIONS, RI_OUTCOME, RI_PREFILL_EST, RI_NEXT) = range(15)
-N_RI = 15
+ RI_PREFIX_HIT, RI_SCHEDULED, RI_PREEMPTIONS, RI_OUTCOME, RI_PREFILL_EST, RI_NEXT, RI_CLOSED) = range(16)
+N_RI = 16  # RI_CLOSED: the environments' reward bookkeeping (cost of the request is final)
 # Requests, float64 ``req_f[field, r]``: times in seconds; delays precomputed per request.
 (RF_ARRIVAL, RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED, RF_DELAY, RF_FINISH_DELAY,
  RF_SENT) = range(9)
@@ -37,8 +37,9 @@ N_EN = 4
 # Clusters, int64 ``clu_i[field, c]``.
 (CI_REQ0, CI_REQ1, CI_INST0, CI_INST1, CI_PTR, CI_ACTIVE, CI_HEAP_LEN, CI_NBANDS, CI_STATUS, CI_PENDING,
  CI_DECISION, CI_HAS_DECISION, CI_ROUTER, CI_RR_NEXT, CI_FLOW, CI_TICK, CI_ADMIT, CI_MAX_SEQS, CI_BUDGET,
- CI_BS, CI_MAX_LEN, CI_SKIP, CI_BAND_CAP, CI_LAT_KIND, CI_INTEGER_US, CI_LOG_LEN, CI_LOG_FINISH) = range(27)
-N_CI = 27
+ CI_BS, CI_MAX_LEN, CI_SKIP, CI_BAND_CAP, CI_LAT_KIND, CI_INTEGER_US, CI_LOG_LEN, CI_LOG_FINISH,
+ CI_LAST_ROUTE) = range(28)
+N_CI = 28
 # Clusters, float64 ``clu_f[field, c]``; P0.. are the compiled policies' parameters.
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
  CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1) = range(16)

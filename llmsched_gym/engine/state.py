@@ -17,8 +17,8 @@ from numba.typed import List
 
 from . import kernel
 from .layout import (
-    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CF_EXP_OUT, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE, CF_SCRAPE_INT, CF_TTL,
-    CI_BAND_CAP, CI_BS, CI_BUDGET, CI_INST0, CI_INST1, CI_INTEGER_US, CI_LAT_KIND, CI_MAX_LEN, CI_MAX_SEQS,
+    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CI_PENDING, RUN_ID, CF_EXP_OUT, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE, CF_SCRAPE_INT, CF_TTL,
+    CI_BAND_CAP, CI_BS, CI_BUDGET, CI_INST0, CI_INST1, CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_MAX_LEN, CI_MAX_SEQS,
     CI_NBANDS, CI_REQ0, CI_REQ1, CI_SKIP, II_CLUSTER, II_ENT0, II_LRU_HEAD, II_LRU_TAIL, II_TOTAL,
     II_WQ_HEAD, II_WQ_TAIL, IF_NEXT_T, SEGMENT_CHUNK, N_CF, N_CI, N_EN, N_IF, N_II, N_RF, N_RI, N_RUN, N_U,
     RF_ARRIVAL, RF_DELAY, RF_DISPATCH, RF_END, RF_ENQUEUED, RF_FINISH, RF_FINISH_DELAY, RF_FIRST, RI_BAND,
@@ -50,89 +50,200 @@ class ClusterInputs:
 
 
 class EngineState:
-    """The arrays of a batch of clusters (see the module docstring)."""
+    """The arrays of a batch of clusters (see the module docstring).
 
-    def __init__(self, clusters: list[ClusterInputs]):
-        C = len(clusters)
-        n_req = [len(x.workload) for x in clusters]
-        req_off = np.concatenate([[0], np.cumsum(n_req)]).astype(np.int64)
-        inst_off = np.concatenate([[0], np.cumsum([x.instances for x in clusters])]).astype(np.int64)
-        N, NI = int(req_off[-1]), int(inst_off[-1])
+    Args:
+        clusters: the clusters to load, one slot each.
+        slack: slot capacity as a multiple of each cluster's size (1: exact). A slot with
+            room to spare can be reloaded in place with another workload (:meth:`load`),
+            which is how vector environments start a cluster's next episode.
+    """
+
+    def __init__(self, clusters: list[ClusterInputs], slack: float = 1.0):
+        self.slack = float(slack)
         units = [prefix_units(x.workload, x.engine.block_size) for x in clusters]
-        unit_off = np.concatenate([[0], np.cumsum([len(u[1]) for u in units])]).astype(np.int64)
-        ent_sizes = [x.instances * u[4] for x, u in zip(clusters, units)]
-        ent_off = np.concatenate([[0], np.cumsum(ent_sizes)]).astype(np.int64)
-        B = max([x.num_bands for x in clusters] + [1])
-        S = max([x.engine.max_num_seqs for x in clusters] + [1])
+        caps = [self._capacity(x, u) for x, u in zip(clusters, units)]
+        self._allocate(caps, max([x.num_bands for x in clusters] + [1]),
+                       max([x.engine.max_num_seqs for x in clusters] + [1]))
+        self.rngs = List()
+        for x in clusters:
+            self.rngs.append(x.rng)
+        for c, (x, u) in enumerate(zip(clusters, units)):
+            self.load(c, x, u)
 
+    def _capacity(self, x: ClusterInputs, units) -> tuple[int, int, int, int]:
+        """(requests, units, entries, instances) of a slot for ``x`` with this state's slack."""
+        return (int(np.ceil(len(x.workload) * self.slack)), int(np.ceil(len(units[1]) * self.slack)),
+                x.instances * int(np.ceil(units[4] * self.slack)), x.instances)
+
+    def _allocate(self, caps: list[tuple[int, int, int, int]], num_bands: int, max_seqs: int) -> None:
+        C = len(caps)
+        off = lambda k: np.concatenate([[0], np.cumsum([cap[k] for cap in caps])]).astype(np.int64)  # noqa: E731
+        self.req_off, self.unit_off, self.ent_off, self.inst_off = off(0), off(1), off(2), off(3)
+        N, NI = int(self.req_off[-1]), int(self.inst_off[-1])
+        self.num_bands, self.max_seqs = B, S = num_bands, max_seqs
         self.req_i = np.zeros((N_RI, N), np.int64)
         self.req_f = np.zeros((N_RF, N))
-        self.unit_i = np.zeros((N_U, int(unit_off[-1])), np.int64)
+        self.unit_i = np.zeros((N_U, int(self.unit_off[-1])), np.int64)
         self.inst_i = np.zeros((N_II, NI), np.int64)
         self.inst_f = np.zeros((N_IF, NI))
-        self.ent = np.zeros((N_EN, int(ent_off[-1])), np.int64)
-        self.ent[EN_PREV] = self.ent[EN_NEXT] = -1
+        self.ent = np.zeros((N_EN, int(self.ent_off[-1])), np.int64)
         self.run = np.zeros((NI, N_RUN, S), np.int64)
         self.seg = np.zeros((NI, SEGMENT_CHUNK))
         self.clu_i = np.zeros((N_CI, C), np.int64)
         self.clu_f = np.zeros((N_CF, C))
         self.bq = np.zeros((3, C, B), np.int64)
-        self.bq[BQ_HEAD] = self.bq[BQ_TAIL] = -1
         self.ceil_ext = np.ones((C, B))
         self.aprob = np.zeros((C, B))
         self.lat_p = np.zeros((C, N_PARAMS))
         self.heap_t = np.zeros(N)
         self.heap_r = np.zeros(N, np.int64)
         self.log = np.zeros(N, np.int64)
-        self.rngs = List()
 
+    def regrown(self, c: int, x: ClusterInputs) -> "EngineState":
+        """A copy of this state in which slot ``c`` has room for ``x``; every other slot's
+        contents are moved unchanged (indices rebased), slot ``c`` is left to :meth:`load`."""
+        units = prefix_units(x.workload, x.engine.block_size)
+        C = self.num_clusters
+        old = [(int(self.req_off[k + 1] - self.req_off[k]), int(self.unit_off[k + 1] - self.unit_off[k]),
+                int(self.ent_off[k + 1] - self.ent_off[k]), int(self.inst_off[k + 1] - self.inst_off[k]))
+               for k in range(C)]
+        caps = list(old)
+        caps[c] = tuple(max(a, b) for a, b in zip(old[c], self._capacity(x, units)))
+        new = EngineState.__new__(EngineState)
+        new.slack = self.slack
+        new._allocate(caps, max(self.num_bands, x.num_bands), max(self.max_seqs, x.engine.max_num_seqs))
+        new.rngs = self.rngs
+        B, S = self.num_bands, self.max_seqs
+        new.clu_f[:] = self.clu_f
+        new.ceil_ext[:, :B], new.aprob[:, :B], new.lat_p[:] = self.ceil_ext, self.aprob, self.lat_p
+        shift = lambda a, d: np.where(a >= 0, a + d, a)  # noqa: E731  (-1 means "none")
+        for k in range(C):
+            r0, r0n = self.req_off[k], new.req_off[k]
+            u0, u0n = self.unit_off[k], new.unit_off[k]
+            e0, e0n = self.ent_off[k], new.ent_off[k]
+            i0, i1 = self.inst_off[k], self.inst_off[k + 1]
+            dr, du, de = r0n - r0, u0n - u0, e0n - e0
+            nr, nu, ne = old[k][0], old[k][1], old[k][2]
+            new.req_i[:, r0n:r0n + nr] = self.req_i[:, r0:r0 + nr]
+            for f in (RI_UNIT0, RI_UNIT1):
+                new.req_i[f, r0n:r0n + nr] += du
+            new.req_i[RI_NEXT, r0n:r0n + nr] = shift(self.req_i[RI_NEXT, r0:r0 + nr], dr)
+            new.req_f[:, r0n:r0n + nr] = self.req_f[:, r0:r0 + nr]
+            new.heap_t[r0n:r0n + nr] = self.heap_t[r0:r0 + nr]
+            new.heap_r[r0n:r0n + nr] = self.heap_r[r0:r0 + nr] + dr
+            new.log[r0n:r0n + nr] = self.log[r0:r0 + nr] + dr
+            new.unit_i[:, u0n:u0n + nu] = self.unit_i[:, u0:u0 + nu]
+            new.ent[:, e0n:e0n + ne] = self.ent[:, e0:e0 + ne]
+            for f in (EN_PREV, EN_NEXT):
+                new.ent[f, e0n:e0n + ne] = shift(self.ent[f, e0:e0 + ne], de)
+            new.inst_i[:, i0:i1] = self.inst_i[:, i0:i1]  # instance slots do not move
+            for f in (II_WQ_HEAD, II_WQ_TAIL):
+                new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], dr)
+            for f in (II_LRU_HEAD, II_LRU_TAIL):
+                new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], de)
+            new.inst_i[II_ENT0, i0:i1] += de
+            new.run[i0:i1, :, :S] = self.run[i0:i1]
+            new.run[i0:i1, RUN_ID] += dr
+            new.clu_i[:, k] = self.clu_i[:, k]
+            for f in (CI_REQ0, CI_REQ1, CI_PENDING):
+                new.clu_i[f, k] += dr
+            new.clu_i[CI_LAST_ROUTE, k] = shift(self.clu_i[CI_LAST_ROUTE, k], dr)
+            new.bq[:, k, :B] = self.bq[:, k]
+            for f in (BQ_HEAD, BQ_TAIL):
+                new.bq[f, k, :B] = shift(self.bq[f, k], dr)
+        new.inst_f[:], new.seg[:] = self.inst_f, self.seg
+        return new
+
+    def has_room(self, c: int, x: ClusterInputs) -> bool:
+        """Whether cluster inputs ``x`` fit slot ``c`` (see :meth:`load`)."""
+        return self._fit(c, x, prefix_units(x.workload, x.engine.block_size)) is None
+
+    def _fit(self, c, x, units) -> str | None:
+        n_keys = units[4]
+        if len(x.workload) > self.req_off[c + 1] - self.req_off[c]:
+            return "requests"
+        if len(units[1]) > self.unit_off[c + 1] - self.unit_off[c]:
+            return "prefix units"
+        if x.instances != self.inst_off[c + 1] - self.inst_off[c]:
+            return "instances"
+        if x.instances * n_keys > self.ent_off[c + 1] - self.ent_off[c]:
+            return "prefix keys"
+        if x.num_bands > self.num_bands or x.engine.max_num_seqs > self.max_seqs:
+            return "bands or max_num_seqs"
+        return None
+
+    def load(self, c: int, x: ClusterInputs, units=None) -> None:
+        """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset."""
+        units = prefix_units(x.workload, x.engine.block_size) if units is None else units
+        uoff, keys, blocks, ends, n_keys = units
+        short = self._fit(c, x, units)
+        if short is not None:
+            raise ValueError(f"cluster slot {c} has too little room for this workload's {short}")
+        w = x.workload
+        n = len(w)
+        r0, i0, i1 = int(self.req_off[c]), int(self.inst_off[c]), int(self.inst_off[c + 1])
+        r1 = r0 + n
+        u0 = int(self.unit_off[c])
         ri, rf = self.req_i, self.req_f
-        for c, (x, (uoff, keys, blocks, ends, n_keys)) in enumerate(zip(clusters, units)):
-            w = x.workload
-            r0, r1, i0, i1 = req_off[c], req_off[c + 1], inst_off[c], inst_off[c + 1]
-            ri[RI_INPUT, r0:r1] = w.input_tokens
-            ri[RI_OUTPUT, r0:r1] = w.output_tokens
-            ri[RI_PRIORITY, r0:r1] = w.priority
-            ri[RI_BAND, r0:r1] = x.band_index
-            ri[RI_UNIT0, r0:r1] = uoff[:-1] + unit_off[c]
-            ri[RI_UNIT1, r0:r1] = uoff[1:] + unit_off[c]
-            ri[RI_INSTANCE, r0:r1] = -1
-            ri[RI_NEXT, r0:r1] = -1
-            rf[RF_ARRIVAL, r0:r1] = w.arrival_s
-            for f in (RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED):
-                rf[f, r0:r1] = np.nan
-            # Per-request overheads, elementwise as the step-time model prices them.
-            rf[RF_DELAY, r0:r1] = x.latency.arrival_delay_us(w.input_tokens) * 1e-6
-            rf[RF_FINISH_DELAY, r0:r1] = x.latency.finish_delay_us(w.output_tokens) * 1e-6
-            u0, u1 = unit_off[c], unit_off[c + 1]
-            self.unit_i[U_KEY, u0:u1], self.unit_i[U_BLOCKS, u0:u1], self.unit_i[U_END, u0:u1] = keys, blocks, ends
+        ri[:, r0:int(self.req_off[c + 1])] = 0
+        ri[RI_INPUT, r0:r1] = w.input_tokens
+        ri[RI_OUTPUT, r0:r1] = w.output_tokens
+        ri[RI_PRIORITY, r0:r1] = w.priority
+        ri[RI_BAND, r0:r1] = x.band_index
+        ri[RI_UNIT0, r0:r1] = uoff[:-1] + u0
+        ri[RI_UNIT1, r0:r1] = uoff[1:] + u0
+        ri[RI_INSTANCE, r0:r1] = -1
+        ri[RI_NEXT, r0:r1] = -1
+        rf[:, r0:int(self.req_off[c + 1])] = 0.0
+        rf[RF_ARRIVAL, r0:r1] = w.arrival_s
+        for f in (RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED):
+            rf[f, r0:r1] = np.nan
+        # Per-request overheads, elementwise as the step-time model prices them.
+        rf[RF_DELAY, r0:r1] = x.latency.arrival_delay_us(w.input_tokens) * 1e-6
+        rf[RF_FINISH_DELAY, r0:r1] = x.latency.finish_delay_us(w.output_tokens) * 1e-6
+        self.unit_i[U_KEY, u0:u0 + len(keys)] = keys
+        self.unit_i[U_BLOCKS, u0:u0 + len(keys)] = blocks
+        self.unit_i[U_END, u0:u0 + len(keys)] = ends
+        e0, e1 = int(self.ent_off[c]), int(self.ent_off[c + 1])
+        self.ent[:, e0:e1] = 0
+        self.ent[EN_PREV, e0:e1] = self.ent[EN_NEXT, e0:e1] = -1
 
-            ii = self.inst_i
-            ii[II_CLUSTER, i0:i1] = c
-            ii[II_TOTAL, i0:i1] = x.kv_blocks
-            ii[II_WQ_HEAD, i0:i1] = ii[II_WQ_TAIL, i0:i1] = -1
-            ii[II_LRU_HEAD, i0:i1] = ii[II_LRU_TAIL, i0:i1] = -1
-            ii[II_ENT0, i0:i1] = ent_off[c] + n_keys * np.arange(x.instances)
-            self.inst_f[IF_NEXT_T, i0:i1] = np.inf
+        ii = self.inst_i
+        ii[:, i0:i1] = 0
+        ii[II_CLUSTER, i0:i1] = c
+        ii[II_TOTAL, i0:i1] = x.kv_blocks
+        ii[II_WQ_HEAD, i0:i1] = ii[II_WQ_TAIL, i0:i1] = -1
+        ii[II_LRU_HEAD, i0:i1] = ii[II_LRU_TAIL, i0:i1] = -1
+        ii[II_ENT0, i0:i1] = e0 + n_keys * np.arange(x.instances)
+        self.inst_f[:, i0:i1] = 0.0
+        self.inst_f[IF_NEXT_T, i0:i1] = np.inf
+        self.run[i0:i1] = 0
 
-            ci, cf = self.clu_i, self.clu_f
-            ci[CI_REQ0, c], ci[CI_REQ1, c], ci[CI_INST0, c], ci[CI_INST1, c] = r0, r1, i0, i1
-            ci[CI_NBANDS, c] = x.num_bands
-            e = x.engine
-            ci[CI_MAX_SEQS, c], ci[CI_BUDGET, c], ci[CI_BS, c] = e.max_num_seqs, e.max_num_batched_tokens, e.block_size
-            ci[CI_MAX_LEN, c] = -1 if e.max_model_len is None else e.max_model_len
-            ci[CI_SKIP, c] = int(e.event_skipping)
-            ci[CI_BAND_CAP, c] = x.band_capacity
-            kind, params = lower(x.latency)
-            ci[CI_LAT_KIND, c], ci[CI_INTEGER_US, c] = kind, int(x.latency.integer_us)
-            self.lat_p[c] = params
-            cf[CF_HORIZON, c] = x.horizon_s
-            cf[CF_NEXT_CYCLE, c] = np.inf
-            cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
-            cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
-            cf[CF_EXP_OUT, c] = x.expected_output
-            self.rngs.append(x.rng)
-        self.req_off, self.inst_off = req_off, inst_off
+        ci, cf = self.clu_i, self.clu_f
+        ci[:, c] = 0
+        cf[:, c] = 0.0
+        ci[CI_REQ0, c], ci[CI_REQ1, c], ci[CI_INST0, c], ci[CI_INST1, c] = r0, r1, i0, i1
+        ci[CI_NBANDS, c] = x.num_bands
+        ci[CI_LAST_ROUTE, c] = -1
+        e = x.engine
+        ci[CI_MAX_SEQS, c], ci[CI_BUDGET, c], ci[CI_BS, c] = e.max_num_seqs, e.max_num_batched_tokens, e.block_size
+        ci[CI_MAX_LEN, c] = -1 if e.max_model_len is None else e.max_model_len
+        ci[CI_SKIP, c] = int(e.event_skipping)
+        ci[CI_BAND_CAP, c] = x.band_capacity
+        kind, params = lower(x.latency)
+        ci[CI_LAT_KIND, c], ci[CI_INTEGER_US, c] = kind, int(x.latency.integer_us)
+        self.lat_p[c] = params
+        cf[CF_HORIZON, c] = x.horizon_s
+        cf[CF_NEXT_CYCLE, c] = np.inf
+        cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
+        cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
+        cf[CF_EXP_OUT, c] = x.expected_output
+        self.bq[:, c] = 0
+        self.bq[BQ_HEAD, c] = self.bq[BQ_TAIL, c] = -1
+        self.ceil_ext[c] = 1.0
+        self.aprob[c] = 0.0
+        self.rngs[c] = x.rng
 
     @property
     def num_clusters(self) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from gymnasium import spaces
 
+from ..engine import layout
 from ..errors import ConfigError
 from ..policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
@@ -352,6 +353,9 @@ class ExternalCeilings(UsageLimitPolicy):
     def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
         return self.values
 
+    def compiled_form(self):  # the kernel reads the values the driver writes (Simulator.set_ceilings)
+        return layout.FLOW_FIXED, ()
+
 
 class ExternalRejection(AdmissionPolicy):
     """Reject a request of band ``b`` with probability ``p[b]`` (drawn from the gateway rng)."""
@@ -365,6 +369,9 @@ class ExternalRejection(AdmissionPolicy):
         p = self.probs[self.band_of[request.priority]]
         return not (p > 0.0 and view.rng.random() < p)
 
+    def compiled_form(self):  # the kernel reads Simulator.set_rejection_probs
+        return layout.ADMIT_BAND_PROBS, ()
+
 
 # ============================================================================ drivers
 class Driver:
@@ -377,6 +384,7 @@ class Driver:
         self.over = True
         self.steps = 0
         self.observer = None  # a RoutingPolicy kept informed (BaselineAgent)
+        self.batched = False  # set by a vector env that places simulators in its shared state
         self._band_index = {p: b for b, p in enumerate(setup.band_priorities)}
 
     # --- to implement
@@ -401,8 +409,18 @@ class Driver:
             self.sim.router = self.observer
 
     def reset(self, seed: int) -> None:
+        self.prepare(seed)
+        self.start()
+
+    def prepare(self, seed: int) -> None:
+        """Build the next episode's simulator; with ``batched`` set it is not started until
+        a vector environment has placed it in its shared state (see :meth:`start`)."""
         self.seed = int(seed)
         self.sim = self._simulator(self.seed)
+
+    def start(self) -> None:
+        """Begin the episode of the prepared simulator (up to its first decision)."""
+        seed = self.seed
         self.tracker = CostTracker(self.setup, self.sim)
         self.steps = 0
         self.over = False
@@ -459,11 +477,15 @@ class Driver:
         return {"sim_time": float(self.sim.now), "arrivals": int(self.sim.arrived),
                 "open_requests": tr.waiting, "episode_cost": tr.total}
 
-    def final_info(self) -> dict:
+    def summary(self) -> dict:
+        """The harness's metrics of this episode so far (``llmsched_gym.metrics.summarize``)."""
         from ..metrics import summarize
 
+        return summarize(self.sim)
+
+    def final_info(self) -> dict:
         return {"episode": {"return": -self.tracker.total * self.setup.reward_scale, "length": self.steps,
-                            "seed": self.seed, "metrics": summarize(self.sim)}}
+                            "seed": self.seed, "metrics": self.summary()}}
 
     def validate_box(self, action, n: int, what: str) -> np.ndarray:
         a = np.asarray(action, dtype=float) if not isinstance(action, np.ndarray) else action.astype(float, copy=False)
@@ -480,13 +502,13 @@ class RoutingDriver(Driver):
     def _simulator(self, seed):
         s = self.setup
         fc = None if s.flow_control is ... else s.flow_control
-        return s.scenario.simulator(seed, router="external", flow_control=fc,
+        return s.scenario.simulator(seed, router="external", flow_control=fc, batch=not self.batched,
                                     admission=s.admission or "always-admit", horizon_s=s.horizon)
 
     def _start(self):
         return self.sim.advance()
 
-    def _apply(self, action):
+    def check_action(self, action) -> int:
         I = self.setup.num_instances
         a = action
         if isinstance(a, np.ndarray):
@@ -497,7 +519,10 @@ class RoutingDriver(Driver):
             raise ValueError(f"Routing: action must be an integer instance index in [0, {I - 1}], got {action!r}")
         if not 0 <= a < I:
             raise ValueError(f"Routing: action {int(a)} is out of range; valid instances are 0..{I - 1}")
-        self.sim.route(int(a))
+        return int(a)
+
+    def _apply(self, action):
+        self.sim.route(self.check_action(action))
         return self.sim.advance()
 
     def _extra_obs(self, raw, row):
@@ -558,14 +583,19 @@ class FlowControlDriver(IntervalDriver):
         self.ceilings = np.ones(len(s.band_priorities))
         self._policy = ExternalCeilings(np.ones(1))
         sim = s.scenario.simulator(seed, router=s.router or "llm-d", flow_control=self._policy,
-                                   admission=s.admission or "always-admit", horizon_s=s.horizon)
+                                   admission=s.admission or "always-admit", horizon_s=s.horizon,
+                                   batch=not self.batched)
         self._policy.values = np.ones(len(sim.band_priorities))
         return sim
 
+    def check_action(self, action) -> np.ndarray:
+        return self.validate_box(action, len(self.setup.band_priorities), "FlowControl")
+
     def _apply(self, action):
-        a = self.validate_box(action, len(self.setup.band_priorities), "FlowControl")
+        a = self.check_action(action)
         self.ceilings = np.minimum.accumulate(a)
         self._policy.values[:] = self.ceilings[self._sim_bands]
+        self.sim.set_ceilings(self._policy.values)
         self.sim.wake_dispatch()
         return self._advance()
 
@@ -583,11 +613,16 @@ class AdmissionDriver(IntervalDriver):
         self._policy = ExternalRejection(band_of, self._probs)
         fc = None if s.flow_control is ... else s.flow_control
         return s.scenario.simulator(seed, router=s.router or "llm-d", flow_control=fc, admission=self._policy,
+                                    batch=not self.batched,
                                     horizon_s=s.horizon)
 
+    def check_action(self, action) -> np.ndarray:
+        return self.validate_box(action, len(self.setup.sheddable), "Admission")
+
     def _apply(self, action):
-        a = self.validate_box(action, len(self.setup.sheddable), "Admission")
+        a = self.check_action(action)
         self._probs[list(self.setup.sheddable)] = a
+        self.sim.set_rejection_probs(self._probs[self._sim_bands])
         return self._advance()
 
     def info(self):

@@ -19,9 +19,14 @@ trajectory as a single env reset with ``seed=s + i`` under the same actions (als
 autoresets). ``reset(options={"workload_seed": [n0, n1, ...]})`` (or an int ``n``:
 ``n + i``) fixes the workload seeds of the first episodes.
 
-The clusters' event loops are independent Python/numpy simulations stepped one after
-the other; batching removes the per-env wrapper, dict and normalization overheads but
-not the simulation itself (see ``benchmarks/env_speed.py``).
+All clusters live in one batched engine state (:class:`~llmsched_gym.simulator.SimulatorBatch`);
+a cluster's next episode is loaded into its slot in place. Routing steps with a
+``ttft`` or ``e2e`` reward are fully batched: every action is validated first, then one
+compiled call answers all routing decisions, one advances every cluster to its next
+decision, and compiled passes fill the observations and the cost trackers
+(:mod:`.batched`). Other kinds, the ``slo`` reward and a :class:`~.agents.BaselineAgent`
+observer step cluster by cluster on the same shared state. Either way a cluster follows
+exactly the trajectory of a single env (see ``benchmarks/env_speed.py`` for speed).
 """
 
 from __future__ import annotations
@@ -31,8 +36,14 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from ..engine.layout import BQ_LEN, CF_NEXT_CYCLE, CF_NOW, CI_PTR, ST_DONE, ST_HORIZON, STATUS_NAMES
+from ..simulator import SimulatorBatch
+from . import batched
 from .base import check_workload_seed, draw_workload_seed
 from .core import DRIVERS, make_setup, normalize_obs, raw_buffers
+
+#: Slot room per cluster for the next episodes' workloads (a larger one regrows the state).
+SLOT_SLACK = 1.25
 
 
 class LLMSchedVectorEnv(VectorEnv):
@@ -52,6 +63,19 @@ class LLMSchedVectorEnv(VectorEnv):
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
         self.render_mode = None
         self.drivers = [DRIVERS[self.kind](self.setup) for _ in range(n)]
+        for d in self.drivers:
+            d.batched = True
+        self.batch: SimulatorBatch | None = None
+        self._batched_ok = self.setup.reward in ("ttft", "e2e")
+        B = len(self.setup.band_priorities)
+        self._t = np.zeros(n)  # interval kinds: end of the current control interval
+        self._arrival_rate = np.zeros((n, B))  # band_arrival_rate of the last interval
+        self._ceilings = np.ones((n, B))  # FlowControl: the last action (cumulative minimum)
+        self._probs = np.zeros((n, B))  # Admission: rejection probability per band
+        self._trk = np.zeros((batched.N_T, n))
+        self._steps = np.zeros(n, np.int64)
+        self._sim_bands = np.zeros((n, 0), np.int64)  # see _band_tables
+        self._wband = np.zeros((n, 0))
         self._rngs: list[np.random.Generator | None] = [None] * n
         self._raw = raw_buffers(self.setup, n)
         self._final_raw = raw_buffers(self.setup, 1)
@@ -82,13 +106,29 @@ class LLMSchedVectorEnv(VectorEnv):
         for i, d in enumerate(self.drivers):
             if seeds[i] is not None or self._rngs[i] is None:
                 self._rngs[i], _ = seeding.np_random(seeds[i])
-            d.reset(draw_workload_seed(self._rngs[i]) if wss[i] is None else check_workload_seed(wss[i]))
-            d.write_obs(self._raw, i)
+            d.prepare(draw_workload_seed(self._rngs[i]) if wss[i] is None else check_workload_seed(wss[i]))
+        self.batch = SimulatorBatch([d.sim for d in self.drivers], slack=SLOT_SLACK)
+        self._trk[:] = 0.0
+        self._steps[:] = 0
+        for d in self.drivers:
+            d.start()
+        self._band_tables(range(n))
+        self._episode_start(range(n))
+        self._write_obs()
         return normalize_obs(self.setup, self._raw), self._infos()
 
+    @property
+    def _fast(self) -> bool:
+        """Whether steps take the fully batched path (see the module docstring)."""
+        return self._batched_ok and all(d.observer is None for d in self.drivers)
+
     def step(self, actions):
+        if self._fast:
+            return self._step_batched(self._check_batched_actions(actions))
         n = self.num_envs
         actions = self._check_actions(actions)
+        for i, d in enumerate(self.drivers):  # validate every action before any cluster moves
+            d.check_action(actions[i])
         rewards = np.zeros(n)
         terminated = np.zeros(n, bool)
         truncated = np.zeros(n, bool)
@@ -105,7 +145,7 @@ class LLMSchedVectorEnv(VectorEnv):
                 fi = self._driver_info(d)
                 fi.update(d.final_info())
                 final_info = self._add_info(final_info, fi, i)
-                d.reset(draw_workload_seed(self._rngs[i]))
+                self._next_episode(i)
             d.write_obs(self._raw, i)
         infos = self._infos()
         if final_obs is not None:
@@ -113,6 +153,143 @@ class LLMSchedVectorEnv(VectorEnv):
             infos["final_obs"], infos["_final_obs"] = final_obs, done.copy()
             infos["final_info"], infos["_final_info"] = final_info, done.copy()
         return normalize_obs(self.setup, self._raw), rewards, terminated, truncated, infos
+
+    def _step_batched(self, actions: np.ndarray):
+        """One Routing step of every cluster in a few compiled calls (see the module docstring)."""
+        n = self.num_envs
+        st = self.batch.state
+        s = self.setup
+        until = np.inf
+        if self.kind == "routing":
+            batched.route_all(st.req_i, st.req_f, st.unit_i, st.inst_i, st.inst_f, st.ent, st.clu_i, st.clu_f,
+                              st.heap_t, st.heap_r, actions)
+        else:
+            B = st.num_bands
+            if self.kind == "flow_control":
+                self._ceilings = np.minimum.accumulate(actions, axis=1)
+                st.ceil_ext[:, :B] = np.take_along_axis(self._ceilings, self._sim_bands[:, :B], axis=1)
+                # wake the dispatch loop of every cluster with a queue (Simulator.wake_dispatch)
+                queued = st.bq[BQ_LEN].any(axis=1)
+                st.clu_f[CF_NEXT_CYCLE] = np.where(queued, np.minimum(st.clu_f[CF_NEXT_CYCLE], st.clu_f[CF_NOW]),
+                                                   st.clu_f[CF_NEXT_CYCLE])
+            else:
+                self._probs[:, list(s.sheddable)] = actions
+                st.aprob[:, :B] = np.take_along_axis(self._probs, self._sim_bands[:, :B], axis=1)
+            self._t += s.control_interval
+            until = self._t
+            prev = st.clu_i[CI_PTR].copy()
+        status = SimulatorBatch.advance_clusters(st, dict(enumerate(self.batch.sims)), list(range(n)), until)
+        if self.kind != "routing" and "band_arrival_rate" in self._raw:
+            batched.arrival_rates(st.req_i, st.clu_i, self._sim_bands, prev, s.control_interval,
+                                  self._arrival_rate)
+        status = np.array([STATUS_NAMES.index(x) for x in status])
+        terminated, truncated = status == ST_DONE, status == ST_HORIZON
+        done = terminated | truncated
+        self._steps += 1
+        rewards = np.zeros(n)
+        batched.track_costs(st.req_i, st.req_f, st.clu_i, st.clu_f, self._trk, self._wband,
+                            s.reward == "e2e", s.unserved_penalty_s, s.reward_scale, done, rewards)
+        infos = {}
+        if done.any():
+            final_obs = np.full(n, None, dtype=object)
+            final_info = {}
+            per = self._infos()
+            for i in np.flatnonzero(done).tolist():
+                d = self.drivers[i]
+                d._last_arrivals = self._arrival_rate[i].copy()
+                d.write_obs(self._final_raw, 0)
+                final_obs[i] = {k: v[0] for k, v in normalize_obs(s, self._final_raw).items()}
+                fi = {k: per[k][i] for k in per if not k.startswith("_")}
+                fi["episode"] = {"return": -self._trk[batched.T_TOTAL, i] * s.reward_scale,
+                                 "length": int(self._steps[i]), "seed": d.seed, "metrics": d.summary()}
+                final_info = self._add_info(final_info, fi, i)
+                self._next_episode(i)
+            infos["final_obs"], infos["_final_obs"] = final_obs, done.copy()
+            infos["final_info"], infos["_final_info"] = final_info, done.copy()
+        self._write_obs()
+        infos = {**self._infos(), **infos}
+        return normalize_obs(s, self._raw), rewards, terminated, truncated, infos
+
+    def _next_episode(self, i: int) -> None:
+        """Start cluster ``i``'s next episode in its slot of the shared state."""
+        d = self.drivers[i]
+        d.prepare(draw_workload_seed(self._rngs[i]))
+        self.batch.replace(i, d.sim)
+        self._trk[:, i] = 0.0
+        self._steps[i] = 0
+        d.start()
+        self._band_tables([i])
+        self._episode_start([i])
+
+    def _episode_start(self, clusters) -> None:
+        """The interval kinds' per-episode state (as IntervalDriver._start and _simulator set it)."""
+        for i in clusters:
+            self._t[i] = self.drivers[i].sim.now
+            self._arrival_rate[i] = 0.0
+            self._ceilings[i] = 1.0
+            self._probs[i] = 0.0
+
+    def _check_batched_actions(self, actions) -> np.ndarray:
+        if self.kind != "routing":
+            return self._check_box_actions(actions)
+        a = self._check_actions(actions)
+        I = self.setup.num_instances
+        if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"Routing: actions must be one integer instance index per environment, got {a!r}")
+        bad = np.flatnonzero((a < 0) | (a >= I))
+        if len(bad):
+            raise ValueError(f"Routing: action {int(a[bad[0]])} of environment {int(bad[0])} is out of range; "
+                             f"valid instances are 0..{I - 1}")
+        return a.astype(np.int64)
+
+    def _check_box_actions(self, actions) -> np.ndarray:
+        """Every cluster's action validated as the single env's ``validate_box`` does."""
+        what = "FlowControl" if self.kind == "flow_control" else "Admission"
+        k = len(self.setup.band_priorities) if self.kind == "flow_control" else len(self.setup.sheddable)
+        a = np.asarray(actions, dtype=float)
+        if a.shape != (self.num_envs, k):
+            raise ValueError(f"{what}: actions must have shape ({self.num_envs}, {k}), got {a.shape}")
+        for i, row in enumerate(a):
+            if not np.isfinite(row).all():
+                raise ValueError(f"{what}: action of environment {i} has non-finite values: {row}")
+            if (row < -1e-6).any() or (row > 1 + 1e-6).any():
+                raise ValueError(f"{what}: action values must lie in [0, 1], got {row} for environment {i}")
+        return np.clip(a, 0.0, 1.0)
+
+    def _band_tables(self, clusters) -> None:
+        """Per cluster: the scenario band and the priority weight of each simulator band."""
+        B = max(self.batch.state.num_bands, len(self.setup.band_priorities))
+        if self._sim_bands.shape[1] < B:
+            self._sim_bands = np.zeros((self.num_envs, B), np.int64)
+            self._wband = np.zeros((self.num_envs, B))
+            clusters = range(self.num_envs)
+        for i in clusters:
+            d = self.drivers[i]
+            k = len(d._sim_bands)
+            self._sim_bands[i, :k] = d._sim_bands
+            self._wband[i, :k] = self.setup.weight(np.array(d.sim.band_priorities))
+
+    def _write_obs(self) -> None:
+        """Every cluster's raw observation into ``self._raw``."""
+        if not self._fast:
+            for i, d in enumerate(self.drivers):
+                d.write_obs(self._raw, i)
+            return
+        st, raw = self.batch.state, self._raw
+        I, B = self.setup.num_instances, len(self.setup.band_priorities)
+        scratch = {k: raw.get(k, np.zeros((self.num_envs, I if k in _PER_INSTANCE else (B if k in _PER_BAND else 1))))
+                   for k in _COMMON}
+        sim_bands = self._sim_bands
+        batched.common_obs(st.req_f, st.inst_i, st.inst_f, st.clu_i, st.clu_f, st.bq, sim_bands,
+                           *(scratch[k] for k in _COMMON))
+        if self.kind != "routing":
+            if "band_arrival_rate" in raw:
+                raw["band_arrival_rate"][:] = self._arrival_rate
+            return
+        hit = raw.get("prefix_hit", np.zeros((self.num_envs, I)))
+        request = raw.get("request", np.zeros((self.num_envs, 4)))
+        batched.routing_obs(st.req_i, st.req_f, st.unit_i, st.inst_i, st.ent, st.clu_i, st.clu_f, sim_bands, B,
+                            hit, request)
 
     def action_masks(self) -> np.ndarray:
         """Valid actions per cluster, ``(num_envs, I)`` (Routing only)."""
@@ -144,6 +321,25 @@ class LLMSchedVectorEnv(VectorEnv):
         return info
 
     def _infos(self) -> dict:
+        if self._fast:
+            st = self.batch.state
+            mask = np.ones(self.num_envs, bool)
+            masks = np.zeros((self.num_envs, self.setup.num_instances), bool)
+            if self.kind == "routing":
+                batched.action_masks(st.req_i, st.inst_i, st.clu_i, masks)
+            vals = {"sim_time": st.clu_f[CF_NOW].copy(), "arrivals": st.clu_i[CI_PTR].copy(),
+                    "open_requests": self._trk[batched.T_OPEN].astype(np.int64),
+                    "episode_cost": self._trk[batched.T_TOTAL].copy()}
+            if self.kind == "routing":
+                vals["action_mask"] = masks
+            elif self.kind == "flow_control":
+                vals["ceilings"] = self._ceilings.copy()
+            else:
+                vals["rejection_prob"] = self._probs[:, list(self.setup.sheddable)].copy()
+            out = {}
+            for k, v in vals.items():
+                out[k], out["_" + k] = v, mask
+            return out
         per = [self._driver_info(d) for d in self.drivers]
         mask = np.ones(self.num_envs, bool)
         out = {}
@@ -151,6 +347,12 @@ class LLMSchedVectorEnv(VectorEnv):
             out[k] = np.array([p[k] for p in per])
             out["_" + k] = mask
         return out
+
+
+_COMMON = ("saturation", "running", "waiting", "kv_util", "in_flight", "prefill_tokens", "band_length",
+           "band_oldest_wait")
+_PER_INSTANCE = {"running", "waiting", "kv_util", "in_flight", "prefill_tokens"}
+_PER_BAND = {"band_length", "band_oldest_wait"}
 
 
 class RoutingVectorEnv(LLMSchedVectorEnv):

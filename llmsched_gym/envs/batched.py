@@ -1,0 +1,160 @@
+"""Compiled per-step work of the native vector environments over the shared engine state.
+
+One call per vector step does, for every cluster at once, what the drivers of
+:mod:`llmsched_gym.envs.core` do one cluster at a time: apply the routing actions, fill
+the raw observation buffers, and advance the reward's cost tracker. The arithmetic is the
+drivers', operation for operation (including numpy's pairwise summation order for the
+cost sums), so a native vector env steps exactly like its single envs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..engine.kernel import cached_tokens, dispatch_to, fits_all, pairwise_sum
+from ..engine.layout import (
+    BQ_HEAD, BQ_LEN, CF_EXP_OUT, CF_NOW, CF_SATURATION, CI_INST0, CI_LAST_ROUTE, CI_MAX_SEQS, CI_NBANDS, CI_PENDING,
+    CI_PTR, CI_REQ0, CI_STATUS, DROPPED, EXPIRED, II_INFLIGHT, II_QPREFILL, II_SCR_RUNNING, II_SCR_WAITING,
+    IF_SCR_KV, REJECTED, RF_ARRIVAL, RF_END, RF_ENQUEUED, RF_FINISH, RF_FIRST, RI_BAND, RI_CLOSED, RI_INPUT,
+    RI_OUTCOME, ST_ROUTE, ST_TIME,
+)
+
+# Cost-tracker scalars per cluster, ``trk[field, c]`` (float64): see CostTracker in core.py.
+T_PTR, T_FIRST, T_CLOSED, T_TOTAL, T_OPEN = range(5)
+N_T = 5
+
+
+@njit(cache=True)
+def route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, choices):
+    """Answer every cluster's pending routing decision with ``choices[c]``."""
+    for c in range(len(choices)):
+        clu_i[CI_STATUS, c] = ST_TIME
+        dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, c,
+                    clu_i[CI_PENDING, c], choices[c])
+
+
+@njit(cache=True)
+def action_masks(req_i, inst_i, clu_i, out):
+    """Instances each cluster's pending request fits on (all, if it fits nowhere)."""
+    for c in range(out.shape[0]):
+        if clu_i[CI_STATUS, c] != ST_ROUTE:
+            out[c] = True
+            continue
+        m = fits_all(req_i, inst_i, clu_i, c, clu_i[CI_PENDING, c])
+        if m.any():
+            out[c] = m
+        else:
+            out[c] = True
+
+
+@njit(cache=True)
+def common_obs(req_f, inst_i, inst_f, clu_i, clu_f, bq, sim_bands, sat, running, waiting, kv, in_flight,
+               prefill, band_len, band_wait):
+    """The common observation keys of every cluster (rows of the raw buffers)."""
+    C, I = running.shape
+    for c in range(C):
+        i0 = clu_i[CI_INST0, c]
+        now = clu_f[CF_NOW, c]
+        sat[c, 0] = clu_f[CF_SATURATION, c]
+        seqs = clu_i[CI_MAX_SEQS, c]
+        for i in range(I):
+            g = i0 + i
+            running[c, i] = inst_i[II_SCR_RUNNING, g] / seqs
+            waiting[c, i] = inst_i[II_SCR_WAITING, g]
+            kv[c, i] = inst_f[IF_SCR_KV, g]
+            in_flight[c, i] = inst_i[II_INFLIGHT, g]
+            prefill[c, i] = inst_i[II_QPREFILL, g]
+        band_len[c] = 0.0
+        band_wait[c] = 0.0
+        for b in range(clu_i[CI_NBANDS, c]):
+            n = bq[BQ_LEN, c, b]
+            band_len[c, sim_bands[c, b]] = n
+            band_wait[c, sim_bands[c, b]] = now - req_f[RF_ENQUEUED, bq[BQ_HEAD, c, b]] if n else 0.0
+
+
+@njit(cache=True)
+def routing_obs(req_i, req_f, unit_i, inst_i, ent, clu_i, clu_f, sim_bands, n_bands, hit, request):
+    """The Routing keys: prefix hit of the pending request per instance, and its features."""
+    C, I = hit.shape
+    for c in range(C):
+        r = clu_i[CI_LAST_ROUTE, c]
+        if r < 0:
+            hit[c] = 0.0
+            request[c] = 0.0
+            continue
+        i0 = clu_i[CI_INST0, c]
+        inp = req_i[RI_INPUT, r]
+        for i in range(I):
+            hit[c, i] = cached_tokens(req_i, unit_i, inst_i, ent, i0 + i, r) / max(inp, 1)
+        request[c, 0] = inp
+        request[c, 1] = clu_f[CF_EXP_OUT, c]
+        request[c, 2] = sim_bands[c, req_i[RI_BAND, r]] / max(n_bands - 1, 1)
+        request[c, 3] = clu_f[CF_NOW, c] - req_f[RF_ARRIVAL, r]
+
+
+@njit(cache=True)
+def track_costs(req_i, req_f, clu_i, clu_f, trk, wband, e2e, penalty, scale, final, rewards):
+    """One step of every cluster's cost tracker (``ttft`` / ``e2e`` rewards); fills ``rewards``.
+
+    A request is open from arrival until its cost is final; ``T_FIRST`` is the first
+    request that may still be open, ``RI_CLOSED`` marks the closed ones. The cost sums run
+    over the open requests in arrival order in numpy's pairwise order, as the Python
+    tracker's ``cost[closed].sum()`` and ``cost.sum()`` do.
+    """
+    for c in range(len(rewards)):
+        r0 = clu_i[CI_REQ0, c]
+        ptr = clu_i[CI_PTR, c]
+        trk[T_PTR, c] = max(trk[T_PTR, c], ptr)
+        lo, hi = int(trk[T_FIRST, c]), int(trk[T_PTR, c])
+        t = clu_f[CF_NOW, c]
+        fin = final[c]
+        closed_cost = np.empty(hi - lo)
+        open_cost = np.empty(hi - lo)
+        n_closed = 0
+        n_open = 0
+        for k in range(lo, hi):
+            r = r0 + k
+            if req_i[RI_CLOSED, r]:
+                continue
+            a = req_f[RF_ARRIVAL, r]
+            stop = req_f[RF_FINISH, r] if e2e else req_f[RF_FIRST, r]
+            known = not np.isnan(stop)
+            out = req_i[RI_OUTCOME, r]
+            unserved = out == REJECTED or out == EXPIRED or out == DROPPED
+            end = stop if known else (req_f[RF_END, r] if unserved else np.inf)
+            if fin:
+                upto = end if (known or unserved) else t
+            else:
+                upto = min(end, t)
+            w = wband[c, req_i[RI_BAND, r]]
+            cost = w * (upto - a) + (w * penalty) * (1.0 if unserved else 0.0)
+            closed = True if fin else (unserved or (known and stop <= t))
+            if closed:
+                closed_cost[n_closed] = cost
+                n_closed += 1
+                req_i[RI_CLOSED, r] = 1
+            else:
+                open_cost[n_open] = cost
+                n_open += 1
+        while lo < hi and req_i[RI_CLOSED, r0 + lo]:
+            lo += 1
+        trk[T_FIRST, c] = lo
+        if n_closed:
+            trk[T_CLOSED, c] += pairwise_sum(closed_cost, 0, n_closed)
+        total = trk[T_CLOSED, c] + (pairwise_sum(open_cost, 0, n_open) if n_open else 0.0)
+        rewards[c] = -(total - trk[T_TOTAL, c]) * scale
+        trk[T_TOTAL, c] = total
+        trk[T_OPEN, c] = n_open
+
+
+@njit(cache=True)
+def arrival_rates(req_i, clu_i, sim_bands, prev, interval, out):
+    """Arrivals per scenario band over each cluster's last control interval, per second."""
+    for c in range(out.shape[0]):
+        out[c] = 0.0
+        r0 = clu_i[CI_REQ0, c]
+        for k in range(prev[c], clu_i[CI_PTR, c]):
+            out[c, sim_bands[c, req_i[RI_BAND, r0 + k]]] += 1.0
+        for b in range(out.shape[1]):
+            out[c, b] = out[c, b] / interval
