@@ -18,10 +18,11 @@ import numpy as np
 
 from .engine import EngineConfig
 from .engine.layout import (
-    BQ_HEAD, BQ_LEN, CF_A0, CF_F0, CF_NEXT_CYCLE, CF_NOW, CF_R0, CF_SATURATION, CF_STATIONARY, CI_ACTIVE,
-    CI_ADMIT, CI_DECISION, CI_FLOW, CI_LAST_ROUTE, CI_HAS_DECISION, CI_LOG_FINISH, CI_LOG_LEN, CI_PENDING, CI_PTR, CI_ROUTER,
-    CI_STATUS, IF_SCR_KV, IF_SCRAPE_T, II_INFLIGHT, II_ITERS, II_QPREFILL, II_SCR_RUNNING, II_SCR_WAITING,
-    II_TOTAL, RF_ENQUEUED, ROUTER_PY, ST_ADMIT, ST_ROUTE, ST_TIME, STATUS_NAMES,
+    BQ_HEAD, BQ_LEN, CF_A0, CF_F0, CF_NEXT_CYCLE, CF_NOW, CF_R0, CF_R1, CF_R2, CF_R3, CF_SATURATION, CF_STATIONARY,
+    CI_ACTIVE, CI_ADMIT, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_LAST_ROUTE, CI_LOG_FINISH, CI_LOG_LEN,
+    CI_PENDING, CI_PTR, CI_ROUTER, CI_STATUS, IF_SCR_KV, IF_SCRAPE_T, II_INFLIGHT, II_ITERS, II_QPREFILL,
+    II_SCR_RUNNING, II_SCR_WAITING, II_TOTAL, RF_ENQUEUED, ROUTER_LLMD, ROUTER_PY, ST_ADMIT, ST_ROUTE, ST_TIME,
+    STATUS_NAMES,
 )
 from .engine.policies import lower_policies
 from .engine.state import ClusterInputs, EngineState
@@ -168,15 +169,19 @@ class Simulator:
             scrape_interval_s=cluster.scrape_interval_s, ttl_s=gateway.ttl_s, band_capacity=gateway.band_capacity,
             dispatch_interval_s=gateway.dispatch_interval_s, horizon_s=self.horizon,
             expected_output=self.expected_output, rng=self.rng)
+        self._codes = lower_policies(self.router, self.flow, self.admission)
+        if self._codes.router == ROUTER_LLMD:  # its approximate prefix index runs in the kernel
+            self.inputs.router_block_keys = (self.router.block_tokens, self.router.max_prefix_blocks)
         if batch:
             SimulatorBatch([self])
 
     def _attach(self, state: EngineState, c: int) -> None:
         """Start this simulation in slot ``c`` of a batched state (loaded with its inputs)."""
         ci, cf = state.clu_i, state.clu_f
-        codes = lower_policies(self.router, self.flow, self.admission)
+        codes = self._codes
         ci[CI_ROUTER, c], ci[CI_FLOW, c], ci[CI_ADMIT, c] = codes.router, codes.flow, codes.admission
-        cf[CF_R0, c] = codes.router_params[0] if codes.router_params else 0.0
+        for field, v in zip((CF_R0, CF_R1, CF_R2, CF_R3), codes.router_params):
+            cf[field, c] = v
         for k, v in enumerate(codes.flow_params):
             cf[CF_F0 + k, c] = v
         for k, v in enumerate(codes.admission_params):

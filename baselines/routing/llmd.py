@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmsched_gym.engine import layout
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.policy import RoutingPolicy, register_policy
 from llmsched_gym.view import RequestInfo, RouterView
@@ -63,8 +64,11 @@ class LLMDRouter(RoutingPolicy):
         return np.clip(np.vstack([queue, kv, prefix]), 0.0, 1.0)
 
     def scores(self, request: RequestInfo, view: RouterView) -> np.ndarray:
-        """Weighted total per instance (higher is better)."""
-        return self.weights @ self.scorer_values(request, view)
+        """Weighted total per instance (higher is better), summed term by term in scorer
+        order: a BLAS product would round differently on different CPUs."""
+        s = self.scorer_values(request, view)
+        w = self.weights
+        return w[0] * s[0] + w[1] * s[1] + w[2] * s[2]
 
     def route(self, request: RequestInfo, view: RouterView) -> int:
         return argmax_random(self.scores(request, view), view.rng)
@@ -75,6 +79,9 @@ class LLMDRouter(RoutingPolicy):
 
     def on_dispatch(self, request: RequestInfo, instance: int, view: RouterView) -> None:
         self._index.insert(instance, self._keys(request))
+
+    def compiled_form(self):  # the index lives in the engine state (engine/units.py block keys)
+        return layout.ROUTER_LLMD, (*self.weights, self.lru_blocks)
 
 
 @register_policy("llm-d-predicted-latency")

@@ -39,7 +39,8 @@ from .layout import (
     RF_ENQUEUED, RF_FINISH, RF_FINISH_DELAY, RF_FIRST, RF_SENT, RI_BAND, RI_GENERATED, RI_HELD,
     RI_INPUT, RI_INSTANCE, RI_NEXT, RI_OUTCOME, RI_OUTPUT, RI_PREEMPTIONS, RI_PREFILL_EST,
     RI_PREFIX_HIT, RI_PRIORITY, RI_SCHEDULED, RI_UNIT0, RI_UNIT1, ROUTER_JSQ, ROUTER_LEAST_TOKENS,
-    ROUTER_PY, ROUTER_RANDOM, ROUTER_ROUND_ROBIN, ROUTER_VLLM_DP, RUN_COMP, RUN_DECODE, RUN_DONE,
+    ROUTER_LLMD, ROUTER_PY, ROUTER_RANDOM, ROUTER_ROUND_ROBIN, ROUTER_VLLM_DP, CF_R1, CF_R2, CF_R3, II_IX0,
+    II_IX_COUNT, II_IX_HEAD, II_IX_TAIL, IX_NEXT, IX_PREV, IX_PRESENT, RI_BK0, RI_BK1, RUN_COMP, RUN_DECODE, RUN_DONE,
     RUN_GEN, RUN_ID, RUN_INP, RUN_OUT, RUN_PREFILL, RUN_SHARED, RUN_TAKE, ST_ADMIT, ST_CEILINGS, ST_DONE,
     ST_HORIZON, ST_ROUTE, ST_TIME, U_BLOCKS, U_END, U_KEY, SEGMENT_CHUNK, N_RUN,
 )
@@ -684,7 +685,7 @@ def _heap_pop(heap_t, heap_r, clu_i, c):
 
 
 @njit(cache=True)
-def _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, rng, c, r):
+def _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, bkey, ix, rng, c, r):
     """A compiled router's choice (local instance index) for request ``r``."""
     i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
     n_inst = i1 - i0
@@ -699,12 +700,82 @@ def _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, rng, c, r):
         return _argmin_random(inst_i[II_SCR_RUNNING, i0:i1] + inst_i[II_SCR_WAITING, i0:i1], rng)
     if kind == ROUTER_VLLM_DP:
         return _argmin_random(clu_f[CF_R0, c] * inst_i[II_SCR_WAITING, i0:i1] + inst_i[II_SCR_RUNNING, i0:i1], rng)
-    # ROUTER_LEAST_TOKENS: lowest index among the minima
-    return np.argmin(inst_f[IF_LT_TOKENS, i0:i1])
+    if kind == ROUTER_LEAST_TOKENS:  # lowest index among the minima
+        return np.argmin(inst_f[IF_LT_TOKENS, i0:i1])
+    # ROUTER_LLMD: weighted scorers (queue, KV utilization, approximate prefix), max wins
+    q_min = q_max = float(inst_i[II_SCR_WAITING, i0])
+    for g in range(i0 + 1, i1):
+        q = float(inst_i[II_SCR_WAITING, g])
+        q_min, q_max = min(q_min, q), max(q_max, q)
+    span = q_max - q_min
+    n_keys = req_i[RI_BK1, r] - req_i[RI_BK0, r]
+    neg = np.empty(n_inst)
+    for i in range(n_inst):
+        g = i0 + i
+        queue = 1.0 if span == 0 else (q_max - float(inst_i[II_SCR_WAITING, g])) / span
+        kv = 1.0 - inst_f[IF_SCR_KV, g]
+        prefix = _ix_leading(req_i, inst_i, bkey, ix, g, r) / n_keys if n_keys else 0.0
+        total = (clu_f[CF_R0, c] * min(max(queue, 0.0), 1.0) + clu_f[CF_R1, c] * min(max(kv, 0.0), 1.0)
+                 + clu_f[CF_R2, c] * min(max(prefix, 0.0), 1.0))
+        neg[i] = -total
+    return _argmin_random(neg, rng)
 
 
 @njit(cache=True)
-def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, c, r, i):
+def _ix_leading(req_i, inst_i, bkey, ix, g, r):
+    """Leading block keys of ``r`` in instance ``g``'s approximate prefix index."""
+    e0 = inst_i[II_IX0, g]
+    n = 0
+    for p in range(req_i[RI_BK0, r], req_i[RI_BK1, r]):
+        if not ix[IX_PRESENT, e0 + bkey[p]]:
+            break
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _ix_unlink(inst_i, ix, g, e):
+    p, n = ix[IX_PREV, e], ix[IX_NEXT, e]
+    if p >= 0:
+        ix[IX_NEXT, p] = n
+    else:
+        inst_i[II_IX_HEAD, g] = n
+    if n >= 0:
+        ix[IX_PREV, n] = p
+    else:
+        inst_i[II_IX_TAIL, g] = p
+
+
+@njit(cache=True)
+def _ix_insert(req_i, inst_i, clu_f, bkey, ix, c, g, r):
+    """Record that ``r``'s blocks were sent to ``g``: touched tail first, so the leading
+    blocks are the most recent (a prefix match needs them), then the least recently sent
+    beyond the capacity are forgotten."""
+    e0 = inst_i[II_IX0, g]
+    for p in range(req_i[RI_BK1, r] - 1, req_i[RI_BK0, r] - 1, -1):
+        e = e0 + bkey[p]
+        if ix[IX_PRESENT, e]:
+            _ix_unlink(inst_i, ix, g, e)
+        else:
+            ix[IX_PRESENT, e] = 1
+            inst_i[II_IX_COUNT, g] += 1
+        tail = inst_i[II_IX_TAIL, g]
+        ix[IX_PREV, e], ix[IX_NEXT, e] = tail, -1
+        if tail >= 0:
+            ix[IX_NEXT, tail] = e
+        else:
+            inst_i[II_IX_HEAD, g] = e
+        inst_i[II_IX_TAIL, g] = e
+    cap = clu_f[CF_R3, c]
+    while inst_i[II_IX_COUNT, g] > cap:
+        e = inst_i[II_IX_HEAD, g]
+        _ix_unlink(inst_i, ix, g, e)
+        ix[IX_PRESENT, e] = 0
+        inst_i[II_IX_COUNT, g] -= 1
+
+
+@njit(cache=True)
+def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i):
     """Send request ``r`` to local instance ``i`` now; returns False if it was dropped."""
     now = clu_f[CF_NOW, c]
     g = clu_i[CI_INST0, c] + i
@@ -722,20 +793,22 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
         sent = req_i[RI_INPUT, r] + clu_f[CF_EXP_OUT, c]
         req_f[RF_SENT, r] = sent
         inst_f[IF_LT_TOKENS, g] += sent
+    elif clu_i[CI_ROUTER, c] == ROUTER_LLMD:
+        _ix_insert(req_i, inst_i, clu_f, bkey, ix, c, g, r)
     inst_i[II_PENDING, g] += 1
     _heap_push(heap_t, heap_r, clu_i, c, now + req_f[RF_DELAY, r], r)
     return True
 
 
 @njit(cache=True)
-def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, rng, c, r):
+def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, rng, c, r):
     if clu_i[CI_ROUTER, c] == ROUTER_PY:  # decided outside: pause after this event
         clu_i[CI_PENDING, c] = r
         clu_i[CI_LAST_ROUTE, c] = r
         clu_i[CI_STATUS, c] = ST_ROUTE
         return
-    i = _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, rng, c, r)
-    dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, c, r, i)
+    i = _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, bkey, ix, rng, c, r)
+    dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
 
 
 @njit(cache=True)
@@ -764,13 +837,14 @@ def _admit(req_i, clu_i, clu_f, aprob, rng, c, r):
 
 
 @njit(cache=True)
-def _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, rng, c, r, t):
+def _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, bkey, ix, rng, c, r,
+            t):
     if not _admit(req_i, clu_i, clu_f, aprob, rng, c, r):
         _final(req_i, req_f, r, t, REJECTED)
         return
     clu_i[CI_ACTIVE, c] += 1
     if clu_i[CI_FLOW, c] == FLOW_NONE:
-        _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, rng, c, r)
+        _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, rng, c, r)
         return
     b = req_i[RI_BAND, r]
     if bq[BQ_LEN, c, b] >= clu_i[CI_BAND_CAP, c]:
@@ -833,7 +907,7 @@ def _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now):
 
 @njit(cache=True)
 def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t, heap_r,
-                    rng, c, t):
+                    bkey, ix, rng, c, t):
     """One dispatch cycle: expire, then dispatch at most one request, highest band first,
     stopping at the first band whose ceiling is <= the saturation."""
     expire(req_i, req_f, clu_i, clu_f, bq, c, t)
@@ -853,7 +927,7 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
             break
         if bq[BQ_LEN, c, b]:
             r = _band_pop(req_i, bq, c, b)
-            _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, rng, c, r)
+            _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, rng, c, r)
             break
     queued = False
     oldest = np.inf
@@ -885,7 +959,7 @@ def is_done(clu_i, c):
 
 @njit(cache=True)
 def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob,
-                     lat_p, heap_t, heap_r, log, rng, c, until):
+                     lat_p, heap_t, heap_r, log, bkey, ix, rng, c, until):
     """The event loop of cluster ``c`` up to ``until`` or the next pause (sets CI_STATUS)."""
     if clu_i[CI_STATUS, c] == ST_ROUTE:
         return  # a routing decision is still owed
@@ -938,8 +1012,8 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
                 clu_i[CI_PENDING, c] = r0 + ptr
                 clu_i[CI_STATUS, c] = ST_ADMIT
                 return
-            _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, rng,
-                    c, r0 + ptr, t)
+            _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, bkey, ix,
+                    rng, c, r0 + ptr, t)
             clu_i[CI_PTR, c] = ptr + 1
         else:
             if clu_i[CI_FLOW, c] == FLOW_PY and not clu_i[CI_HAS_DECISION, c]:
@@ -947,7 +1021,7 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
                 clu_i[CI_STATUS, c] = ST_CEILINGS
                 return
             _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t,
-                            heap_r, rng, c, t)
+                            heap_r, bkey, ix, rng, c, t)
         if clu_i[CI_STATUS, c] == ST_ROUTE:
             return
         if is_done(clu_i, c):
@@ -957,12 +1031,12 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
 
 @njit(cache=True)
 def advance(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob, lat_p,
-            heap_t, heap_r, log, rngs, active, until):
+            heap_t, heap_r, log, bkey, ix, rngs, active, until):
     """Advance every cluster ``c`` with ``active[c]`` to ``until[c]`` or its next pause."""
     for c in range(len(active)):
         if active[c]:
             _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext,
-                             aprob, lat_p, heap_t, heap_r, log, rngs[c], c, until[c])
+                             aprob, lat_p, heap_t, heap_r, log, bkey, ix, rngs[c], c, until[c])
 
 
 @njit(cache=True)

@@ -11,8 +11,11 @@ kernels (``rm llmsched_gym/engine/__pycache__/*.nb[ic]``) or they keep the old v
 
 # Requests, int64 ``req_i[field, r]`` (all clusters' requests back to back).
 (RI_INPUT, RI_OUTPUT, RI_BAND, RI_PRIORITY, RI_UNIT0, RI_UNIT1, RI_GENERATED, RI_HELD, RI_INSTANCE,
- RI_PREFIX_HIT, RI_SCHEDULED, RI_PREEMPTIONS, RI_OUTCOME, RI_PREFILL_EST, RI_NEXT, RI_CLOSED) = range(16)
-N_RI = 16  # RI_CLOSED: the environments' reward bookkeeping (cost of the request is final)
+ RI_PREFIX_HIT, RI_SCHEDULED, RI_PREEMPTIONS, RI_OUTCOME, RI_PREFILL_EST, RI_NEXT, RI_CLOSED, RI_BK0,
+ RI_BK1) = range(18)
+N_RI = 18  # RI_CLOSED: the environments' reward bookkeeping (cost of the request is final)
+# RI_BK0:RI_BK1: the request's router block keys in ``bkey`` (dense per cluster), for the
+# compiled llm-d router's approximate prefix index.
 # Requests, float64 ``req_f[field, r]``: times in seconds; delays precomputed per request.
 (RF_ARRIVAL, RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED, RF_DELAY, RF_FINISH_DELAY,
  RF_SENT) = range(9)
@@ -23,8 +26,8 @@ N_U = 3
 # Instances, int64 ``inst_i[field, g]``.
 (II_CLUSTER, II_TOTAL, II_USED, II_EVICTABLE, II_NRUN, II_WQ_HEAD, II_WQ_TAIL, II_WQ_LEN, II_PENDING,
  II_SEG_LEN, II_SEG_USED0, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_ENT0, II_INFLIGHT, II_QPREFILL,
- II_SCR_WAITING, II_SCR_RUNNING) = range(19)
-N_II = 19
+ II_SCR_WAITING, II_SCR_RUNNING, II_IX0, II_IX_HEAD, II_IX_TAIL, II_IX_COUNT) = range(23)
+N_II = 23  # II_IX*: the llm-d router's per-instance LRU of block keys (``ix[field, e]``)
 # Instances, float64 ``inst_f[field, g]``.
 IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS = range(4)
 N_IF = 4
@@ -42,8 +45,12 @@ N_EN = 4
 N_CI = 28
 # Clusters, float64 ``clu_f[field, c]``; P0.. are the compiled policies' parameters.
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
- CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1) = range(16)
-N_CF = 16
+ CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3) = range(19)
+N_CF = 19
+# The llm-d router's block-key index entries, int64 ``ix[field, e]``: instance g's entry
+# for dense key k is II_IX0[g] + k.
+IX_PRESENT, IX_PREV, IX_NEXT = range(3)
+N_IX = 3
 # Band queues, int64 ``bq[field, c, band]`` (band 0 = highest priority).
 BQ_HEAD, BQ_TAIL, BQ_LEN = range(3)
 
@@ -52,7 +59,7 @@ ST_TIME, ST_HORIZON, ST_DONE, ST_ROUTE, ST_ADMIT, ST_CEILINGS = range(6)
 STATUS_NAMES = ("time", "horizon", "done", "route", "admit", "ceilings")
 
 # Compiled policies (0 = decided in Python at a pause).
-ROUTER_PY, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_JSQ, ROUTER_VLLM_DP, ROUTER_LEAST_TOKENS = range(6)
+ROUTER_PY, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_JSQ, ROUTER_VLLM_DP, ROUTER_LEAST_TOKENS, ROUTER_LLMD = range(7)
 FLOW_NONE, FLOW_PY, FLOW_STATIC, FLOW_HOLDBACK, FLOW_SOFT_REFLECTIVE, FLOW_FIXED = range(6)
 ADMIT_PY, ADMIT_ALWAYS, ADMIT_LEGACY, ADMIT_PROBABILISTIC, ADMIT_BAND_PROBS = range(5)
 

@@ -17,7 +17,8 @@ from numba.typed import List
 
 from . import kernel
 from .layout import (
-    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CI_PENDING, RUN_ID, CF_EXP_OUT, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE, CF_SCRAPE_INT, CF_TTL,
+    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CI_PENDING, RUN_ID, II_IX0, II_IX_HEAD, II_IX_TAIL, IX_NEXT, IX_PREV, N_IX,
+    RI_BK0, RI_BK1, CF_EXP_OUT, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE, CF_SCRAPE_INT, CF_TTL,
     CI_BAND_CAP, CI_BS, CI_BUDGET, CI_INST0, CI_INST1, CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_MAX_LEN, CI_MAX_SEQS,
     CI_NBANDS, CI_REQ0, CI_REQ1, CI_SKIP, II_CLUSTER, II_ENT0, II_LRU_HEAD, II_LRU_TAIL, II_TOTAL,
     II_WQ_HEAD, II_WQ_TAIL, IF_NEXT_T, SEGMENT_CHUNK, N_CF, N_CI, N_EN, N_IF, N_II, N_RF, N_RI, N_RUN, N_U,
@@ -26,7 +27,14 @@ from .layout import (
     U_END, U_KEY,
 )
 from .steptime import N_PARAMS, lower
-from .units import prefix_units
+from .units import prefix_units, router_block_keys
+
+
+def _keys_of(x: ClusterInputs) -> tuple:
+    """Prefix units and router block keys of a cluster's workload (see :mod:`.units`)."""
+    bk = router_block_keys(x.workload, *x.router_block_keys) if x.router_block_keys else (
+        np.zeros(len(x.workload) + 1, np.int64), np.zeros(0, np.int64), 0)
+    return prefix_units(x.workload, x.engine.block_size) + bk
 
 
 @dataclass
@@ -47,6 +55,7 @@ class ClusterInputs:
     horizon_s: float
     expected_output: float
     rng: np.random.Generator
+    router_block_keys: tuple | None = None  # (block_tokens, max_blocks) of a compiled llm-d router
 
 
 class EngineState:
@@ -61,7 +70,7 @@ class EngineState:
 
     def __init__(self, clusters: list[ClusterInputs], slack: float = 1.0):
         self.slack = float(slack)
-        units = [prefix_units(x.workload, x.engine.block_size) for x in clusters]
+        units = [_keys_of(x) for x in clusters]
         caps = [self._capacity(x, u) for x, u in zip(clusters, units)]
         self._allocate(caps, max([x.num_bands for x in clusters] + [1]),
                        max([x.engine.max_num_seqs for x in clusters] + [1]))
@@ -71,15 +80,20 @@ class EngineState:
         for c, (x, u) in enumerate(zip(clusters, units)):
             self.load(c, x, u)
 
-    def _capacity(self, x: ClusterInputs, units) -> tuple[int, int, int, int]:
-        """(requests, units, entries, instances) of a slot for ``x`` with this state's slack."""
-        return (int(np.ceil(len(x.workload) * self.slack)), int(np.ceil(len(units[1]) * self.slack)),
-                x.instances * int(np.ceil(units[4] * self.slack)), x.instances)
+    def _capacity(self, x: ClusterInputs, units) -> tuple[int, ...]:
+        """(requests, units, entries, instances, block keys, index entries) of a slot for ``x``."""
+        sl = self.slack
+        return (int(np.ceil(len(x.workload) * sl)), int(np.ceil(len(units[1]) * sl)),
+                x.instances * int(np.ceil(units[4] * sl)), x.instances, int(np.ceil(len(units[6]) * sl)),
+                x.instances * int(np.ceil(units[7] * sl)))
 
-    def _allocate(self, caps: list[tuple[int, int, int, int]], num_bands: int, max_seqs: int) -> None:
+    def _allocate(self, caps: list[tuple[int, ...]], num_bands: int, max_seqs: int) -> None:
         C = len(caps)
         off = lambda k: np.concatenate([[0], np.cumsum([cap[k] for cap in caps])]).astype(np.int64)  # noqa: E731
         self.req_off, self.unit_off, self.ent_off, self.inst_off = off(0), off(1), off(2), off(3)
+        self.bk_off, self.ix_off = off(4), off(5)
+        self.bkey = np.zeros(int(self.bk_off[-1]), np.int64)
+        self.ix = np.zeros((N_IX, int(self.ix_off[-1])), np.int64)
         N, NI = int(self.req_off[-1]), int(self.inst_off[-1])
         self.num_bands, self.max_seqs = B, S = num_bands, max_seqs
         self.req_i = np.zeros((N_RI, N), np.int64)
@@ -103,11 +117,10 @@ class EngineState:
     def regrown(self, c: int, x: ClusterInputs) -> "EngineState":
         """A copy of this state in which slot ``c`` has room for ``x``; every other slot's
         contents are moved unchanged (indices rebased), slot ``c`` is left to :meth:`load`."""
-        units = prefix_units(x.workload, x.engine.block_size)
+        units = _keys_of(x)
         C = self.num_clusters
-        old = [(int(self.req_off[k + 1] - self.req_off[k]), int(self.unit_off[k + 1] - self.unit_off[k]),
-                int(self.ent_off[k + 1] - self.ent_off[k]), int(self.inst_off[k + 1] - self.inst_off[k]))
-               for k in range(C)]
+        offs = (self.req_off, self.unit_off, self.ent_off, self.inst_off, self.bk_off, self.ix_off)
+        old = [tuple(int(o[k + 1] - o[k]) for o in offs) for k in range(C)]
         caps = list(old)
         caps[c] = tuple(max(a, b) for a, b in zip(old[c], self._capacity(x, units)))
         new = EngineState.__new__(EngineState)
@@ -143,6 +156,17 @@ class EngineState:
             for f in (II_LRU_HEAD, II_LRU_TAIL):
                 new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], de)
             new.inst_i[II_ENT0, i0:i1] += de
+            b0, b0n, x0, x0n = self.bk_off[k], new.bk_off[k], self.ix_off[k], new.ix_off[k]
+            nb, nx, dbk, dix = old[k][4], old[k][5], b0n - b0, x0n - x0
+            for f in (RI_BK0, RI_BK1):
+                new.req_i[f, r0n:r0n + nr] += dbk
+            new.bkey[b0n:b0n + nb] = self.bkey[b0:b0 + nb]
+            new.ix[:, x0n:x0n + nx] = self.ix[:, x0:x0 + nx]
+            for f in (IX_PREV, IX_NEXT):
+                new.ix[f, x0n:x0n + nx] = shift(self.ix[f, x0:x0 + nx], dix)
+            new.inst_i[II_IX0, i0:i1] += dix
+            for f in (II_IX_HEAD, II_IX_TAIL):
+                new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], dix)
             new.run[i0:i1, :, :S] = self.run[i0:i1]
             new.run[i0:i1, RUN_ID] += dr
             new.clu_i[:, k] = self.clu_i[:, k]
@@ -157,7 +181,7 @@ class EngineState:
 
     def has_room(self, c: int, x: ClusterInputs) -> bool:
         """Whether cluster inputs ``x`` fit slot ``c`` (see :meth:`load`)."""
-        return self._fit(c, x, prefix_units(x.workload, x.engine.block_size)) is None
+        return self._fit(c, x, _keys_of(x)) is None
 
     def _fit(self, c, x, units) -> str | None:
         n_keys = units[4]
@@ -171,12 +195,16 @@ class EngineState:
             return "prefix keys"
         if x.num_bands > self.num_bands or x.engine.max_num_seqs > self.max_seqs:
             return "bands or max_num_seqs"
+        if len(units[6]) > self.bk_off[c + 1] - self.bk_off[c]:
+            return "router block keys"
+        if x.instances * units[7] > self.ix_off[c + 1] - self.ix_off[c]:
+            return "router index entries"
         return None
 
     def load(self, c: int, x: ClusterInputs, units=None) -> None:
         """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset."""
-        units = prefix_units(x.workload, x.engine.block_size) if units is None else units
-        uoff, keys, blocks, ends, n_keys = units
+        units = _keys_of(x) if units is None else units
+        uoff, keys, blocks, ends, n_keys, bk_off, bkeys, n_bkeys = units
         short = self._fit(c, x, units)
         if short is not None:
             raise ValueError(f"cluster slot {c} has too little room for this workload's {short}")
@@ -209,8 +237,17 @@ class EngineState:
         self.ent[:, e0:e1] = 0
         self.ent[EN_PREV, e0:e1] = self.ent[EN_NEXT, e0:e1] = -1
 
+        b0, x0, x1 = int(self.bk_off[c]), int(self.ix_off[c]), int(self.ix_off[c + 1])
+        ri[RI_BK0, r0:r1] = bk_off[:-1] + b0
+        ri[RI_BK1, r0:r1] = bk_off[1:] + b0
+        self.bkey[b0:b0 + len(bkeys)] = bkeys
+        self.ix[:, x0:x1] = 0
+        self.ix[IX_PREV, x0:x1] = self.ix[IX_NEXT, x0:x1] = -1
+
         ii = self.inst_i
         ii[:, i0:i1] = 0
+        ii[II_IX0, i0:i1] = x0 + n_bkeys * np.arange(x.instances)
+        ii[II_IX_HEAD, i0:i1] = ii[II_IX_TAIL, i0:i1] = -1
         ii[II_CLUSTER, i0:i1] = c
         ii[II_TOTAL, i0:i1] = x.kv_blocks
         ii[II_WQ_HEAD, i0:i1] = ii[II_WQ_TAIL, i0:i1] = -1
@@ -253,7 +290,7 @@ class EngineState:
         """The kernel's arguments, in :func:`~llmsched_gym.engine.kernel.advance` order."""
         return (self.req_i, self.req_f, self.unit_i, self.inst_i, self.inst_f, self.ent, self.run, self.seg,
                 self.clu_i, self.clu_f, self.bq, self.ceil_ext, self.aprob, self.lat_p, self.heap_t, self.heap_r,
-                self.log, self.rngs)
+                self.log, self.bkey, self.ix, self.rngs)
 
     def advance(self, active: np.ndarray, until: np.ndarray) -> None:
         """Advance the clusters marked in ``active`` to ``until`` or their next pause."""
@@ -265,7 +302,7 @@ class EngineState:
     def dispatch_to(self, c: int, r: int, i: int) -> bool:
         """Send global request ``r`` of cluster ``c`` to its local instance ``i``; False if dropped."""
         return kernel.dispatch_to(self.req_i, self.req_f, self.unit_i, self.inst_i, self.inst_f, self.ent,
-                                  self.clu_i, self.clu_f, self.heap_t, self.heap_r, c, r, i)
+                                  self.clu_i, self.clu_f, self.heap_t, self.heap_r, self.bkey, self.ix, c, r, i)
 
     def cached_tokens(self, c: int, r: int) -> np.ndarray:
         """Cached prompt tokens of global request ``r`` on each instance of cluster ``c``."""

@@ -51,3 +51,37 @@ def prefix_units(workload: Workload, block_size: int) -> tuple[np.ndarray, np.nd
     ends = start + blocks * bs
     uniq, dense = np.unique(keys, return_inverse=True)
     return offsets, dense.astype(np.int64), blocks.astype(np.int64), ends.astype(np.int64), len(uniq)
+
+
+def router_block_keys(workload: Workload, block_tokens: int, max_blocks: int = 0
+                      ) -> tuple[np.ndarray, np.ndarray, int]:
+    """(offsets[n+1], dense keys, distinct keys) of every request's router block keys.
+
+    The keys of :meth:`~llmsched_gym.view.RequestInfo.block_keys` (full blocks of
+    ``block_tokens`` prompt tokens, chained through the hash ids; unique to the request
+    without prefix information), at most ``max_blocks`` of them (0: all), computed for
+    the whole workload at once and mapped to dense ids.
+    """
+    n = len(workload)
+    G, bt = workload.hash_block_tokens, block_tokens
+    m = np.diff(workload.hash_offsets)
+    n_full = workload.input_tokens // bt
+    counts = np.minimum(n_full, max_blocks) if max_blocks else n_full
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    total = int(offsets[-1])
+    if total == 0:
+        return offsets, np.zeros(0, np.int64), 0
+    req = np.repeat(np.arange(n), counts)
+    j = np.arange(total, dtype=np.int64) - offsets[req] + 1  # block number, from 1
+    end_token = j * bt
+    hashed = (G > 0) & (m[req] > 0)
+    unit = np.minimum((end_token - 1) // max(G, 1), m[req] - 1)
+    base = workload.hash_offsets[req]
+    h = workload.hash_ids[np.where(hashed, base + np.maximum(unit, 0), 0)] if len(workload.hash_ids) else 0
+    if G >= bt:
+        chained = h * (G // bt + 1) + ((end_token - 1) % max(G, 1)) // bt
+    else:
+        chained = h
+    keys = np.where(hashed, chained, -(req * 1_000_003 + j))
+    uniq, dense = np.unique(keys, return_inverse=True)
+    return offsets, dense.astype(np.int64), len(uniq)

@@ -26,11 +26,11 @@ N_T = 5
 
 
 @njit(cache=True)
-def route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, choices):
+def route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, choices):
     """Answer every cluster's pending routing decision with ``choices[c]``."""
     for c in range(len(choices)):
         clu_i[CI_STATUS, c] = ST_TIME
-        dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, c,
+        dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c,
                     clu_i[CI_PENDING, c], choices[c])
 
 

@@ -162,7 +162,7 @@ class LLMSchedVectorEnv(VectorEnv):
         until = np.inf
         if self.kind == "routing":
             batched.route_all(st.req_i, st.req_f, st.unit_i, st.inst_i, st.inst_f, st.ent, st.clu_i, st.clu_f,
-                              st.heap_t, st.heap_r, actions)
+                              st.heap_t, st.heap_r, st.bkey, st.ix, actions)
         else:
             B = st.num_bands
             if self.kind == "flow_control":
