@@ -95,6 +95,8 @@ def _block_sum(a, lo, n):
 def pairwise_sum(a, lo, n):
     """numpy's pairwise summation of ``a[lo:lo+n]`` (the order ``np.sum`` adds in), with
     an explicit stack (numba's cache cannot hold recursive functions)."""
+    if n <= 128:
+        return _block_sum(a, lo, n)
     f_lo = np.empty(64, np.int64)
     f_n = np.empty(64, np.int64)
     f_phase = np.zeros(64, np.int64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from .core import DRIVERS, make_setup, normalize_obs, raw_buffers
+from .core import make_setup
 
 
 def check_workload_seed(ws) -> int:
@@ -19,17 +19,25 @@ def draw_workload_seed(rng: np.random.Generator) -> int:
 
 
 class LLMSchedEnv(gym.Env):
-    """One simulated cluster; subclasses fix the decision (routing, flow control, admission)."""
+    """One simulated cluster; subclasses fix the decision (routing, flow control, admission).
+
+    The cluster is the batch of one of the compiled engine (C = 1): it steps through the
+    native vector env's batched path (:mod:`.vector`) without autoreset, so a single env
+    and cluster ``i`` of a vector env are the same computation.
+    """
 
     metadata = {"render_modes": []}
     kind = ""
 
     def __init__(self, **kwargs):
+        from .vector import VECTOR_ENVS
+
         self.setup = make_setup(self.kind, **kwargs)
         self.observation_space = self.setup.observation_space
         self.action_space = self.setup.action_space
-        self.driver = DRIVERS[self.kind](self.setup)
-        self._raw = raw_buffers(self.setup, 1)
+        self._vec = VECTOR_ENVS[self.kind](1, _setup=self.setup)
+        self._vec.autoreset = False
+        self.driver = self._vec.drivers[0]
 
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -39,15 +47,23 @@ class LLMSchedEnv(gym.Env):
         if options:
             raise ValueError(f"unknown reset option(s) {sorted(options)}; allowed: workload_seed")
         ws = draw_workload_seed(self.np_random) if ws is None else check_workload_seed(ws)
-        self.driver.reset(ws)
-        return self._obs(), self._info()
+        self._vec._rngs[0] = self.np_random
+        obs, infos = self._vec.reset(options={"workload_seed": ws})
+        self.driver.over = False
+        return self._one(obs), self._info_of(infos)
 
     def step(self, action):
-        reward, terminated, truncated = self.driver.step(action)
-        info = self._info()
+        if self.driver.over:
+            raise RuntimeError("the episode is over; call reset() before step()")
+        a = self.driver.check_action(action)  # the single env's own messages
+        obs, rewards, term, trunc, infos = self._vec.step(np.asarray([a]))
+        info = self._info_of(infos)
+        terminated, truncated = bool(term[0]), bool(trunc[0])
         if terminated or truncated:
-            info.update(self.driver.final_info())
-        return self._obs(), float(reward), terminated, truncated, info
+            self.driver.over = True
+            info["episode"] = self._vec.last_final_info[0]["episode"]
+        self.driver._last_arrivals = self._vec._arrival_rate[0]
+        return self._one(obs), float(rewards[0]), terminated, truncated, info
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -55,9 +71,10 @@ class LLMSchedEnv(gym.Env):
         """The :class:`~llmsched_gym.simulator.Simulator` of the current episode."""
         return self.driver.sim
 
-    def _obs(self) -> dict:
-        self.driver.write_obs(self._raw, 0)
-        return {k: v[0] for k, v in normalize_obs(self.setup, self._raw).items()}
+    @staticmethod
+    def _one(obs: dict) -> dict:
+        return {k: v[0] for k, v in obs.items()}
 
-    def _info(self) -> dict:
-        return self.driver.info()
+    @staticmethod
+    def _info_of(infos: dict) -> dict:
+        return {k: v[0] for k, v in infos.items() if not k.startswith("_") and k not in ("final_obs", "final_info")}

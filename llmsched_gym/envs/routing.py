@@ -80,11 +80,6 @@ class RoutingEnv(LLMSchedEnv):
 
     kind = "routing"
 
-    def _info(self) -> dict:
-        d = self.driver.info()
-        d["action_mask"] = self.driver.action_mask()
-        return d
-
     def action_masks(self) -> np.ndarray:
         """Valid instances for the current request (bool, shape ``(I,)``)."""
         return self.driver.action_mask()

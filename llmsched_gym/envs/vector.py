@@ -51,10 +51,10 @@ class LLMSchedVectorEnv(VectorEnv):
 
     kind = ""
 
-    def __init__(self, num_envs: int = 1, **kwargs):
+    def __init__(self, num_envs: int = 1, *, _setup=None, **kwargs):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r} is invalid; it must be an integer >= 1")
-        self.setup = make_setup(self.kind, **kwargs)
+        self.setup = make_setup(self.kind, **kwargs) if _setup is None else _setup
         self.num_envs = n = int(num_envs)
         self.single_observation_space = self.setup.observation_space
         self.single_action_space = self.setup.action_space
@@ -66,6 +66,8 @@ class LLMSchedVectorEnv(VectorEnv):
         for d in self.drivers:
             d.batched = True
         self.batch: SimulatorBatch | None = None
+        self.autoreset = True  # False: a single env's engine (a finished cluster waits for reset)
+        self.last_final_info: list[dict | None] = [None] * n  # each cluster's last episode-end info
         self._batched_ok = self.setup.reward in ("ttft", "e2e")
         B = len(self.setup.band_priorities)
         self._t = np.zeros(n)  # interval kinds: end of the current control interval
@@ -144,8 +146,10 @@ class LLMSchedVectorEnv(VectorEnv):
                 final_obs[i] = {k: v[0] for k, v in normalize_obs(self.setup, self._final_raw).items()}
                 fi = self._driver_info(d)
                 fi.update(d.final_info())
+                self.last_final_info[i] = fi
                 final_info = self._add_info(final_info, fi, i)
-                self._next_episode(i)
+                if self.autoreset:
+                    self._next_episode(i)
             d.write_obs(self._raw, i)
         infos = self._infos()
         if final_obs is not None:
@@ -202,8 +206,10 @@ class LLMSchedVectorEnv(VectorEnv):
                 fi = {k: per[k][i] for k in per if not k.startswith("_")}
                 fi["episode"] = {"return": -self._trk[batched.T_TOTAL, i] * s.reward_scale,
                                  "length": int(self._steps[i]), "seed": d.seed, "metrics": d.summary()}
+                self.last_final_info[i] = fi
                 final_info = self._add_info(final_info, fi, i)
-                self._next_episode(i)
+                if self.autoreset:
+                    self._next_episode(i)
             infos["final_obs"], infos["_final_obs"] = final_obs, done.copy()
             infos["final_info"], infos["_final_info"] = final_info, done.copy()
         self._write_obs()
@@ -371,3 +377,6 @@ class AdmissionVectorEnv(LLMSchedVectorEnv):
     """Native vector version of :class:`~llmsched_gym.envs.AdmissionEnv`."""
 
     kind = "admission"
+
+
+VECTOR_ENVS = {"routing": RoutingVectorEnv, "flow_control": FlowControlVectorEnv, "admission": AdmissionVectorEnv}
