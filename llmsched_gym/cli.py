@@ -309,13 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("policies", help="list admission, flow-control and routing policies")
     p.set_defaults(func=cmd_policies)
 
-    for module in ("evaluation", "training", "epp", "trace_registry"):
-        try:
-            mod = __import__(f"llmsched_gym.{module}", fromlist=["add_cli"])
-        except ImportError:
-            continue
-        if hasattr(mod, "add_cli"):
-            mod.add_cli(sub)
+    from importlib import import_module
+    from importlib.metadata import entry_points
+
+    # Subcommands of other modules and packages (``train`` comes from agents/cli.py).
+    plugins = [ep.value for ep in entry_points(group="llmsched_gym.commands")] or ["agents.cli"]
+    for module in ["llmsched_gym.evaluation", "llmsched_gym.epp", "llmsched_gym.trace_registry", *plugins]:
+        import_module(module).add_cli(sub)
     return parser
 
 

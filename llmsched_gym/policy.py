@@ -97,13 +97,25 @@ def register_policy(name: str, factory: Callable[..., Policy] | None = None, *, 
     return do(factory) if factory is not None else do
 
 
-def _load_builtin() -> None:
-    import baselines  # noqa: F401  (registers the reference policies)
+POLICY_ENTRY_POINTS = "llmsched_gym.policies"
+_plugins_loaded = False
 
-    try:
-        import agents.policy  # noqa: F401  (registers "agent" for trained models, if present)
-    except ImportError:
-        pass
+
+def _load_builtin() -> None:
+    """Import the modules that register policies: every entry point of the
+    ``llmsched_gym.policies`` group (the package's own ``baselines`` and ``agents.policy``,
+    and any third-party package that declares one). The registry imports no plugin by
+    name; a source tree used without installing falls back to the two bundled modules."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    from importlib import import_module
+    from importlib.metadata import entry_points
+
+    names = [ep.value for ep in entry_points(group=POLICY_ENTRY_POINTS)] or ["baselines", "agents.policy"]
+    for module in names:
+        import_module(module)
 
 
 def list_policies(role: str | None = None) -> dict[str, Callable[..., Policy]]:

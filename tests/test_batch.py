@@ -62,3 +62,25 @@ def test_random_configs_conserve_and_release(seed, instances, kv, rate, seqs, bu
     again = simulate_batch([dict(workload=w, cluster=cluster, gateway=gateway, seed=seed)] * 2)
     for s in again:
         _assert_same(sim, s)
+
+
+def test_slot_reload_and_regrow_keep_other_clusters_exact():
+    """A cluster reloaded mid-run with a larger workload regrows the shared state; the
+    other cluster's run continues bit for bit."""
+    from llmsched_gym import SimulatorBatch
+
+    small, large = _workload(1, 40, 150, prefix_groups=3), _workload(2, 40, 400, prefix_groups=3)
+    cluster, gateway = ClusterConfig(instances=2, kv_blocks=700), GatewayConfig(router="llm-d")
+    alone = Simulator(small, cluster, gateway, seed=5).run()
+    sims = [Simulator(small, cluster, gateway, seed=5, batch=False), Simulator(small, cluster, gateway, seed=6,
+                                                                              batch=False)]
+    batch = SimulatorBatch(sims)
+    sims[0].advance(1.0)
+    before = batch.state
+    replacement = Simulator(large, cluster, gateway, seed=7, batch=False)
+    batch.replace(1, replacement)
+    assert batch.state is not before  # the larger workload did not fit: regrown
+    sims[0].run()
+    replacement.run()
+    _assert_same(sims[0], alone)
+    _assert_same(replacement, Simulator(large, cluster, gateway, seed=7).run())

@@ -1,5 +1,8 @@
 """``llmsched-gym train``: train an RL agent (stable-baselines3 / sb3-contrib).
 
+Registered with the CLI through the ``llmsched_gym.commands`` entry point group, so the
+simulator package does not import the agents.
+
 The training code lives in :mod:`agents.train` (a readable, CleanRL-style script;
 ``python -m agents.train`` takes the same arguments); hyperparameters in
 ``agents/hyperparams/<env>.yaml``. A trained model is a policy like any baseline:
@@ -35,25 +38,14 @@ def add_cli(subparsers) -> None:
 
     p = subparsers.add_parser("train", help="train an RL agent (stable-baselines3) on an llmsched environment",
                               description=_TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    try:
-        from agents.train import add_arguments
-    except ImportError:  # agents/ is not importable (installed without the repository)
-        p.set_defaults(func=_missing)
-        return
+    from agents.train import add_arguments
+
     add_arguments(p)
     p.set_defaults(func=cmd_train)
 
 
-def _missing(args) -> int:
-    import sys
-
-    print("llmsched-gym train: error: the agents package is not importable; run from the repository root "
-          "after pip install -e \".[rl]\"", file=sys.stderr)
-    return 2
-
-
 def cmd_train(args) -> int:
-    from .validation import require_extra
+    from llmsched_gym.validation import require_extra
 
     require_extra("llmsched-gym train")  # torch, stable-baselines3, sb3-contrib: the [rl] extra
     from agents.train import run_from_args
