@@ -36,6 +36,7 @@ from llmsched_gym.traces import load_blis_trace
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE_DIR = REPO.parent / "shared" / "traces" / "blis"
 DOCS = REPO / "docs" / "validation.md"
+KEEP_MARK = "<!-- sections below are kept when this file is regenerated -->"
 BLIS_WALL_S = 10.0  # traces/SOURCES.md: about 10 s per run on a 2-core machine
 PERCENTILES = (50, 90, 99)
 
@@ -314,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
         body += DOC_EXPLAIN.format(facts=facts, load_blis=loads["blis-roofline, integer_us"],
                                    load_ours=loads["roofline (ours, MFU 0.45/0.30)"])
         DOCS.parent.mkdir(parents=True, exist_ok=True)
+        old = DOCS.read_text() if DOCS.exists() else ""
+        if KEEP_MARK in old:  # sections written by hand after the generated part are kept
+            body += "\n" + old[old.index(KEEP_MARK):]
         DOCS.write_text(body)
         print(f"wrote {DOCS}")
     return 0

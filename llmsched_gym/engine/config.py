@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import check_nonnegative
+from ..errors import ConfigError, check_nonnegative
+
+#: Eviction orders, by their kernel code (see ``EngineConfig.eviction``).
+EVICTION_ORDERS = ("cached-last", "vllm")
 
 
 @dataclass
@@ -18,6 +21,12 @@ class EngineConfig:
         max_model_len: longest request (input + output) accepted; None = KV capacity.
         event_skipping: plan decode-only iterations in segments (exact; off only to
             measure its speed-up).
+        eviction: which free KV blocks an allocation takes first. ``"vllm"`` (default):
+            vLLM v1's one free-block queue in release order (a request's blocks released
+            tail first), the oldest taken whether or not it still caches a prefix.
+            ``"cached-last"``: never-cached free blocks first, cached units only when
+            those run out (least recently released first); the engine's order before
+            0.2, which keeps prefixes longer than vLLM does (docs/validation.md).
     """
 
     max_num_seqs: int = 256
@@ -25,6 +34,7 @@ class EngineConfig:
     block_size: int = 16
     max_model_len: int | None = None
     event_skipping: bool = True
+    eviction: str = "vllm"
 
     @classmethod
     def blis(cls, **overrides) -> "EngineConfig":
@@ -39,3 +49,5 @@ class EngineConfig:
             check_nonnegative(f"engine.{f}", getattr(self, f), strict=True)
         if self.max_model_len is not None:
             check_nonnegative("engine.max_model_len", self.max_model_len, strict=True)
+        if self.eviction not in EVICTION_ORDERS:
+            raise ConfigError(f"engine.eviction={self.eviction!r} is not known; allowed: {', '.join(EVICTION_ORDERS)}")

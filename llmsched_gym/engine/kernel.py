@@ -27,7 +27,7 @@ from numba import njit
 from .layout import (
     ADMIT_ALWAYS, ADMIT_BAND_PROBS, ADMIT_LEGACY, ADMIT_PROBABILISTIC, ADMIT_PY, BQ_HEAD, BQ_LEN, BQ_TAIL,
     CF_A0, CF_A1, CF_DISP_INT, CF_EXP_OUT, CF_F0, CF_F1, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE,
-    CF_NEXT_SCRAPE, CF_NOW, CF_R0, CF_SATURATION, CF_SCRAPE_INT, CF_STATIONARY, CF_TTL, CI_ACTIVE, CI_ADMIT,
+    CF_NEXT_SCRAPE, CF_NOW, CF_R0, EN_ANON_AFTER, EVICT_VLLM, II_ANON_FRONT, II_EVICTION, CF_SATURATION, CF_SCRAPE_INT, CF_STATIONARY, CF_TTL, CI_ACTIVE, CI_ADMIT,
     CI_BAND_CAP, CI_BS, CI_BUDGET, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_HEAP_LEN, CI_INST0, CI_INST1,
     CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_LOG_FINISH, CI_LOG_LEN, CI_MAX_LEN, CI_MAX_SEQS, CI_NBANDS, CI_PENDING,
     CI_PTR, CI_REQ0, CI_REQ1, CI_ROUTER, CI_RR_NEXT, CI_SKIP, CI_STATUS, CI_TICK, DROPPED, EN_BLOCKS,
@@ -155,17 +155,23 @@ def _argmin_random(scores, rng):
 # ===================================================================== prefix cache
 @njit(cache=True)
 def _lru_remove(ent, inst_i, g, e):
+    """Take unreferenced unit ``e`` out of the free queue (a prefix hit, or its eviction);
+    in vLLM order the anonymous free blocks released after it keep their place."""
     p, n = ent[EN_PREV, e], ent[EN_NEXT, e]
+    after = ent[EN_ANON_AFTER, e]
     if p >= 0:
         ent[EN_NEXT, p] = n
+        ent[EN_ANON_AFTER, p] += after
     else:
         inst_i[II_LRU_HEAD, g] = n
+        inst_i[II_ANON_FRONT, g] += after
     if n >= 0:
         ent[EN_PREV, n] = p
     else:
         inst_i[II_LRU_TAIL, g] = p
     ent[EN_PREV, e] = -1
     ent[EN_NEXT, e] = -1
+    ent[EN_ANON_AFTER, e] = 0
 
 
 @njit(cache=True)
@@ -173,6 +179,7 @@ def _lru_append(ent, inst_i, g, e):
     tail = inst_i[II_LRU_TAIL, g]
     ent[EN_PREV, e] = tail
     ent[EN_NEXT, e] = -1
+    ent[EN_ANON_AFTER, e] = 0
     if tail >= 0:
         ent[EN_NEXT, tail] = e
     else:
@@ -182,26 +189,47 @@ def _lru_append(ent, inst_i, g, e):
 
 @njit(cache=True)
 def _allocate(inst_i, ent, g, n):
-    """Take ``n`` blocks, evicting least-recently-used unreferenced units if needed."""
+    """Take ``n`` free blocks (see ``EngineConfig.eviction`` for which)."""
     if n <= 0:
         return
     total, used = inst_i[II_TOTAL, g], inst_i[II_USED, g]
     if n > total - used:
         raise RuntimeError("KV allocation exceeds the allocatable blocks")
-    free = total - used - inst_i[II_EVICTABLE, g]
-    while free < n:
-        e = inst_i[II_LRU_HEAD, g]
-        nb = ent[EN_BLOCKS, e]
-        _lru_remove(ent, inst_i, g, e)
-        ent[EN_BLOCKS, e] = 0  # no longer cached
-        inst_i[II_EVICTABLE, g] -= nb
-        free += nb
+    if inst_i[II_EVICTION, g] == EVICT_VLLM:
+        # One free queue in release order: [anon] unit [anon] unit ... ; the front goes first,
+        # and a unit reached there is evicted (its blocks and the anonymous ones after it
+        # join the front).
+        while inst_i[II_ANON_FRONT, g] < n:
+            e = inst_i[II_LRU_HEAD, g]
+            nb = ent[EN_BLOCKS, e]
+            _lru_remove(ent, inst_i, g, e)
+            inst_i[II_ANON_FRONT, g] += nb
+            ent[EN_BLOCKS, e] = 0  # no longer cached
+            inst_i[II_EVICTABLE, g] -= nb
+        inst_i[II_ANON_FRONT, g] -= n
+    else:
+        # Never-cached free blocks first; cached units, least recently released first.
+        free = total - used - inst_i[II_EVICTABLE, g]
+        while free < n:
+            e = inst_i[II_LRU_HEAD, g]
+            nb = ent[EN_BLOCKS, e]
+            _lru_remove(ent, inst_i, g, e)
+            ent[EN_BLOCKS, e] = 0  # no longer cached
+            inst_i[II_EVICTABLE, g] -= nb
+            free += nb
     inst_i[II_USED, g] = used + n
 
 
 @njit(cache=True)
 def _release(req_i, unit_i, inst_i, ent, g, r, private):
-    """Drop request ``r``'s unit references (tail first) and its private blocks."""
+    """Drop request ``r``'s private blocks and unit references, tail first (as vLLM frees
+    a request's blocks in reverse, so that a prompt's end is evicted before its start)."""
+    inst_i[II_USED, g] -= private
+    tail = inst_i[II_LRU_TAIL, g]
+    if tail >= 0:
+        ent[EN_ANON_AFTER, tail] += private
+    else:
+        inst_i[II_ANON_FRONT, g] += private
     e0, u0 = inst_i[II_ENT0, g], req_i[RI_UNIT0, r]
     for u in range(u0 + req_i[RI_HELD, r] - 1, u0 - 1, -1):
         e = e0 + unit_i[U_KEY, u]
@@ -212,7 +240,6 @@ def _release(req_i, unit_i, inst_i, ent, g, r, private):
             inst_i[II_EVICTABLE, g] += nb
             inst_i[II_USED, g] -= nb
     req_i[RI_HELD, r] = 0
-    inst_i[II_USED, g] -= private
 
 
 @njit(cache=True)

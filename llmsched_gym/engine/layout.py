@@ -26,8 +26,11 @@ N_U = 3
 # Instances, int64 ``inst_i[field, g]``.
 (II_CLUSTER, II_TOTAL, II_USED, II_EVICTABLE, II_NRUN, II_WQ_HEAD, II_WQ_TAIL, II_WQ_LEN, II_PENDING,
  II_SEG_LEN, II_SEG_USED0, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_ENT0, II_INFLIGHT, II_QPREFILL,
- II_SCR_WAITING, II_SCR_RUNNING, II_IX0, II_IX_HEAD, II_IX_TAIL, II_IX_COUNT) = range(23)
-N_II = 23  # II_IX*: the llm-d router's per-instance LRU of block keys (``ix[field, e]``)
+ II_SCR_WAITING, II_SCR_RUNNING, II_IX0, II_IX_HEAD, II_IX_TAIL, II_IX_COUNT, II_ANON_FRONT, II_EVICTION) = range(25)
+N_II = 25
+# II_IX*: the llm-d router's per-instance LRU of block keys (``ix[field, e]``);
+# II_ANON_FRONT: vLLM order, anonymous free blocks ahead of the first cached unit;
+# II_EVICTION: the instance's eviction order (EVICT_*).
 # Instances, float64 ``inst_f[field, g]``.
 IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS = range(4)
 N_IF = 4
@@ -35,8 +38,8 @@ N_IF = 4
 RUN_ID, RUN_INP, RUN_OUT, RUN_COMP, RUN_GEN, RUN_SHARED, RUN_TAKE, RUN_PREFILL, RUN_DECODE, RUN_DONE = range(10)
 N_RUN = 10
 # Prefix-cache entries, int64 ``ent[field, e]``; instance g's entry for key k is ENT0[g] + k.
-EN_REF, EN_BLOCKS, EN_PREV, EN_NEXT = range(4)
-N_EN = 4
+EN_REF, EN_BLOCKS, EN_PREV, EN_NEXT, EN_ANON_AFTER = range(5)
+N_EN = 5  # EN_ANON_AFTER: vLLM order, anonymous free blocks released right after the unit
 # Clusters, int64 ``clu_i[field, c]``.
 (CI_REQ0, CI_REQ1, CI_INST0, CI_INST1, CI_PTR, CI_ACTIVE, CI_HEAP_LEN, CI_NBANDS, CI_STATUS, CI_PENDING,
  CI_DECISION, CI_HAS_DECISION, CI_ROUTER, CI_RR_NEXT, CI_FLOW, CI_TICK, CI_ADMIT, CI_MAX_SEQS, CI_BUDGET,
@@ -53,6 +56,9 @@ IX_PRESENT, IX_PREV, IX_NEXT = range(3)
 N_IX = 3
 # Band queues, int64 ``bq[field, c, band]`` (band 0 = highest priority).
 BQ_HEAD, BQ_TAIL, BQ_LEN = range(3)
+
+# Eviction orders (EngineConfig.eviction).
+EVICT_CACHED_LAST, EVICT_VLLM = range(2)
 
 # Status of a cluster after an advance.
 ST_TIME, ST_HORIZON, ST_DONE, ST_ROUTE, ST_ADMIT, ST_CEILINGS = range(6)

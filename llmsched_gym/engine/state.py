@@ -17,7 +17,7 @@ from numba.typed import List
 
 from . import kernel
 from .layout import (
-    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CI_PENDING, RUN_ID, II_IX0, II_IX_HEAD, II_IX_TAIL, IX_NEXT, IX_PREV, N_IX,
+    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CI_PENDING, RUN_ID, II_ANON_FRONT, II_EVICTION, II_IX0, II_IX_HEAD, II_IX_TAIL, IX_NEXT, IX_PREV, N_IX,
     RI_BK0, RI_BK1, CF_EXP_OUT, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE, CF_SCRAPE_INT, CF_TTL,
     CI_BAND_CAP, CI_BS, CI_BUDGET, CI_INST0, CI_INST1, CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_MAX_LEN, CI_MAX_SEQS,
     CI_NBANDS, CI_REQ0, CI_REQ1, CI_SKIP, II_CLUSTER, II_ENT0, II_LRU_HEAD, II_LRU_TAIL, II_TOTAL,
@@ -26,6 +26,7 @@ from .layout import (
     RI_INPUT, RI_INSTANCE, RI_NEXT, RI_OUTPUT, RI_PRIORITY, RI_UNIT0, RI_UNIT1, EN_NEXT, EN_PREV, U_BLOCKS,
     U_END, U_KEY,
 )
+from .config import EVICTION_ORDERS
 from .steptime import N_PARAMS, lower
 from .units import prefix_units, router_block_keys
 
@@ -247,6 +248,8 @@ class EngineState:
         ii = self.inst_i
         ii[:, i0:i1] = 0
         ii[II_IX0, i0:i1] = x0 + n_bkeys * np.arange(x.instances)
+        ii[II_ANON_FRONT, i0:i1] = x.kv_blocks  # every block starts free and never cached
+        ii[II_EVICTION, i0:i1] = EVICTION_ORDERS.index(x.engine.eviction)
         ii[II_IX_HEAD, i0:i1] = ii[II_IX_TAIL, i0:i1] = -1
         ii[II_CLUSTER, i0:i1] = c
         ii[II_TOTAL, i0:i1] = x.kv_blocks

@@ -77,7 +77,8 @@ def gateway_json(g: GatewayConfig) -> dict:
 
 def cluster_from(d: dict) -> ClusterConfig:
     d = dict(d)
-    d["engine"] = EngineConfig(**d["engine"])
+    # Recorded before the engine had an eviction option: the order it used then.
+    d["engine"] = EngineConfig(**{"eviction": "cached-last", **d["engine"]})
     d["latency_params"] = dict(d["latency_params"])
     return ClusterConfig(**d)
 
