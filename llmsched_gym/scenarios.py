@@ -216,7 +216,9 @@ class Scenario:
         cluster = {f.name: getattr(c, f.name) for f in fields(ClusterConfig) if f.name != "engine"}
         cluster["engine"] = {f.name: getattr(c.engine, f.name) for f in fields(EngineConfig)}
         gw = {f.name: getattr(self.gateway, f.name) for f in fields(GatewayConfig)}
-        gw = {k: (v if isinstance(v, (str, int, float, type(None))) else getattr(v, "name", str(v))) for k, v in gw.items()}
+        gw = {k: (v.to_dict() if hasattr(v, "to_dict") else
+                  v if isinstance(v, (str, int, float, type(None))) else getattr(v, "name", str(v)))
+              for k, v in gw.items()}
         if isinstance(self.workload, TraceSource):
             wl = {"trace": {f.name: getattr(self.workload, f.name) for f in fields(TraceSource)}}
         else:

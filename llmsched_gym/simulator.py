@@ -27,6 +27,7 @@ from .engine.layout import (
 from .engine.policies import lower_policies
 from .engine.state import ClusterInputs, EngineState
 from .errors import ConfigError, PolicyError
+from .saturation import SaturationConfig
 from .policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, make_policy
 from .requests import RequestTable
 from .view import RequestInfo, RouterView
@@ -101,6 +102,9 @@ class GatewayConfig:
         ttl_s: time a request may wait in a band queue before it expires.
         band_capacity: requests per band queue; arrivals to a full band are rejected.
         dispatch_interval_s: period of dispatch cycles while anything is queued.
+        saturation: the saturation detector (:class:`~llmsched_gym.saturation.SaturationConfig`
+            or a mapping with its fields or llm-d's names); default llm-d's utilization
+            detector (queue depth 5, KV utilization 0.8, metrics stale after 200 ms).
     """
 
     router: object = "round-robin"
@@ -109,10 +113,12 @@ class GatewayConfig:
     ttl_s: float = 60.0
     band_capacity: int = 5000
     dispatch_interval_s: float = 0.001
+    saturation: SaturationConfig | dict | None = None
 
     def __post_init__(self) -> None:
         from .validation import check_gateway
 
+        self.saturation = SaturationConfig.from_dict(self.saturation, "gateway.saturation")
         check_gateway(self)  # policy references, types and ranges (llmsched_gym/validation.py)
 
 
@@ -168,7 +174,7 @@ class Simulator:
             kv_blocks=cluster.total_blocks(), engine=cluster.engine, latency=self.latency,
             scrape_interval_s=cluster.scrape_interval_s, ttl_s=gateway.ttl_s, band_capacity=gateway.band_capacity,
             dispatch_interval_s=gateway.dispatch_interval_s, horizon_s=self.horizon,
-            expected_output=self.expected_output, rng=self.rng)
+            expected_output=self.expected_output, rng=self.rng, saturation=gateway.saturation)
         self._codes = lower_policies(self.router, self.flow, self.admission)
         if self._codes.router == ROUTER_LLMD:  # its approximate prefix index runs in the kernel
             self.inputs.router_block_keys = (self.router.block_tokens, self.router.max_prefix_blocks)
@@ -273,8 +279,9 @@ class Simulator:
 
     @property
     def saturation(self) -> float:
-        """The saturation detector's value as of the last scrape."""
-        return float(self._cf[CF_SATURATION])
+        """The saturation detector's value now (utilization: as of the last scrape, 1.0
+        once those metrics are stale; concurrency: from the gateway's in-flight counts)."""
+        return self.state.saturation_now(self.c)
 
     def advance(self, until: float = np.inf) -> str:
         """Run events up to time ``until`` (capped at the horizon).

@@ -148,3 +148,50 @@ def test_probabilistic_admitter_default_matches_the_gateway_saturation():
     sc.simulator(0, admission=policy).run()
     assert len(seen) > 100 and any(s > 0.2 for s, _ in seen)
     assert all(a == b for a, b in seen)
+
+
+# ============================================================================ in the engine
+def _sheddable_stream(n=200, rate=50.0):
+    from llmsched_gym.workload import Workload
+
+    t = np.arange(n) / rate
+    return Workload(t, np.full(n, 200), np.full(n, 400), priority=np.where(np.arange(n) % 2, -1, 0))
+
+
+def test_engine_stale_metrics_saturate_the_pool():
+    """Scrapes every 1 s, metrics stale after 200 ms: between 0.2 s and 1 s after each scrape
+    the pool counts as saturated (1.0), so ``legacy`` admission rejects every sheddable
+    request arriving then, and only then."""
+    from llmsched_gym import ClusterConfig, GatewayConfig, Simulator
+
+    w = _sheddable_stream()
+    cluster = ClusterConfig(instances=2, kv_blocks=5000, scrape_interval_s=1.0)
+    sim = Simulator(w, cluster, GatewayConfig(router="round-robin", admission="legacy")).run()
+    rejected = sim.table.outcome == 2
+    phase = np.mod(w.arrival_s, 1.0)
+    shed = w.priority < 0
+    assert (rejected == (shed & (phase > 0.2 + 1e-9))).all()
+    fresh = Simulator(w, cluster, GatewayConfig(router="round-robin", admission="legacy",
+                                                saturation={"metricsStalenessThreshold": "2s"})).run()
+    assert not (fresh.table.outcome == 2).any()  # light load, fresh metrics: nothing rejected
+
+
+def test_engine_concurrency_detector_counts_in_flight_requests():
+    """``concurrency`` with maxConcurrency 3 on 2 instances: saturation = in flight / 6, so
+    ``legacy`` admission rejects a sheddable request exactly when 6 or more are in flight."""
+    from llmsched_gym import ClusterConfig, GatewayConfig, Simulator
+
+    w = _sheddable_stream(rate=200.0)
+    gw = GatewayConfig(router="round-robin", admission="legacy",
+                       saturation={"kind": "concurrency", "maxConcurrency": 3})
+    sim = Simulator(w, ClusterConfig(instances=2, kv_blocks=5000), gw).run()
+    t = sim.table
+    rejected = np.flatnonzero(t.outcome == 2)
+    assert len(rejected) > 0 and (w.priority[rejected] < 0).all()
+    admitted = np.flatnonzero(t.outcome != 2)
+    for r in rejected[:20].tolist() + admitted[:40].tolist():
+        a = w.arrival_s[r]
+        # in flight when r arrived: dispatched before it and not yet finished
+        busy = int(((t.dispatch_t < a) & ~(t.finish_t <= a)).sum())
+        if w.priority[r] < 0:
+            assert (busy >= 6) == (t.outcome[r] == 2), (r, busy)

@@ -8,6 +8,8 @@ from ..errors import ConfigError, check_nonnegative
 
 #: Eviction orders, by their kernel code (see ``EngineConfig.eviction``).
 EVICTION_ORDERS = ("cached-last", "vllm")
+#: Preemption modes, by their kernel code (see ``EngineConfig.preemption``).
+PREEMPTION_MODES = ("recompute", "restart")
 
 
 @dataclass
@@ -27,6 +29,10 @@ class EngineConfig:
             ``"cached-last"``: never-cached free blocks first, cached units only when
             those run out (least recently released first); the engine's order before
             0.2, which keeps prefixes longer than vLLM does (docs/validation.md).
+        preemption: what a preempted request keeps. ``"recompute"`` (vLLM, default): its
+            generated tokens; it later recomputes prompt + generated tokens and its first
+            token stays where it was. ``"restart"`` (BLIS): nothing; it re-prefills its
+            prompt, regenerates its output, and its TTFT counts from the last re-prefill.
     """
 
     max_num_seqs: int = 256
@@ -35,6 +41,7 @@ class EngineConfig:
     max_model_len: int | None = None
     event_skipping: bool = True
     eviction: str = "vllm"
+    preemption: str = "recompute"
 
     @classmethod
     def blis(cls, **overrides) -> "EngineConfig":
@@ -44,10 +51,17 @@ class EngineConfig:
         (``gpu_memory_utilization`` 0.9: 15,909 blocks for Qwen3-14B on one H100)."""
         return cls(**{"max_num_seqs": 256, "max_num_batched_tokens": 2048, "block_size": 16, **overrides})
 
+    # BLIS parity also wants preemption="restart" (BLIS discards a preempted request's
+    # output); it is left to the caller so that parity runs without preemption are
+    # unchanged.
+
     def __post_init__(self) -> None:
         for f in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
             check_nonnegative(f"engine.{f}", getattr(self, f), strict=True)
         if self.max_model_len is not None:
             check_nonnegative("engine.max_model_len", self.max_model_len, strict=True)
+        if self.preemption not in PREEMPTION_MODES:
+            raise ConfigError(f"engine.preemption={self.preemption!r} is not known; "
+                              f"allowed: {', '.join(PREEMPTION_MODES)}")
         if self.eviction not in EVICTION_ORDERS:
             raise ConfigError(f"engine.eviction={self.eviction!r} is not known; allowed: {', '.join(EVICTION_ORDERS)}")

@@ -27,7 +27,8 @@ from numba import njit
 from .layout import (
     ADMIT_ALWAYS, ADMIT_BAND_PROBS, ADMIT_LEGACY, ADMIT_PROBABILISTIC, ADMIT_PY, BQ_HEAD, BQ_LEN, BQ_TAIL,
     CF_A0, CF_A1, CF_DISP_INT, CF_EXP_OUT, CF_F0, CF_F1, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE,
-    CF_NEXT_SCRAPE, CF_NOW, CF_R0, EN_ANON_AFTER, EVICT_VLLM, II_ANON_FRONT, II_EVICTION, CF_SATURATION, CF_SCRAPE_INT, CF_STATIONARY, CF_TTL, CI_ACTIVE, CI_ADMIT,
+    CF_NEXT_SCRAPE, CF_NOW, CF_R0, EN_ANON_AFTER, II_RESTART, CF_SAT_KV, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK,
+    CF_SAT_QUEUE, CF_SAT_STALE, CI_SAT_KIND, SAT_REQUESTS, SAT_TOKENS, SAT_UTILIZATION, EVICT_VLLM, II_ANON_FRONT, II_EVICTION, CF_SATURATION, CF_SCRAPE_INT, CF_STATIONARY, CF_TTL, CI_ACTIVE, CI_ADMIT,
     CI_BAND_CAP, CI_BS, CI_BUDGET, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_HEAP_LEN, CI_INST0, CI_INST1,
     CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_LOG_FINISH, CI_LOG_LEN, CI_MAX_LEN, CI_MAX_SEQS, CI_NBANDS, CI_PENDING,
     CI_PTR, CI_REQ0, CI_REQ1, CI_ROUTER, CI_RR_NEXT, CI_SKIP, CI_STATUS, CI_TICK, DROPPED, EN_BLOCKS,
@@ -346,13 +347,17 @@ def fits(req_i, inst_i, clu_i, c, g, r):
 
 
 @njit(cache=True)
-def _preempt_last(req_i, unit_i, inst_i, ent, run, g, bs):
-    """Recompute-mode preemption of the most recently admitted running request."""
+def _preempt_last(req_i, req_f, unit_i, inst_i, ent, run, g, bs):
+    """Preemption of the most recently admitted running request (recompute or restart)."""
     R = run[g]
     j = inst_i[II_NRUN, g] - 1
     r = R[RUN_ID, j]
     _release(req_i, unit_i, inst_i, ent, g, r, (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j])
-    req_i[RI_GENERATED, r] = R[RUN_GEN, j]
+    if inst_i[II_RESTART, g]:  # BLIS: the output is discarded and regenerated
+        req_i[RI_GENERATED, r] = 0
+        req_f[RF_FIRST, r] = np.nan
+    else:
+        req_i[RI_GENERATED, r] = R[RUN_GEN, j]
     req_i[RI_PREEMPTIONS, r] += 1
     inst_i[II_NRUN, g] = j
     _wq_appendleft(req_i, inst_i, g, r)
@@ -448,7 +453,7 @@ def _batch_sums(R, n, kind, bs):
 
 
 @njit(cache=True)
-def _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t):
+def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t):
     """Form the iteration of instance ``g`` starting at ``t`` (vLLM v1 order), set its end.
 
     The running batch is scanned once in the common case (every request's whole need fits
@@ -492,7 +497,7 @@ def _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t):
                 cum += _blocks(comp + R[RUN_TAKE, j], bs) - _blocks(comp, bs)
             if cum <= inst_i[II_TOTAL, g] - inst_i[II_USED, g]:
                 break
-            _preempt_last(req_i, unit_i, inst_i, ent, run, g, bs)
+            _preempt_last(req_i, req_f, unit_i, inst_i, ent, run, g, bs)
             preempted = True
         n = inst_i[II_NRUN, g]
         total_need = 0
@@ -627,16 +632,16 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                 log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
                 clu_i[CI_LOG_LEN, c] += 1
         inst_i[II_NRUN, g] = keep
-    _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t)
+    _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t)
 
 
 @njit(cache=True)
-def _enqueue(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, r, t):
+def _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, r, t):
     """Request ``r`` becomes schedulable on ``g`` at ``t``."""
     inst_i[II_PENDING, g] -= 1
     _wq_append(req_i, inst_i, g, r)
     if inst_f[IF_NEXT_T, g] == np.inf:
-        _plan(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t)
+        _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t)
         return
     m = inst_i[II_SEG_LEN, g]  # cut a decode segment at the first iteration end >= t
     if m:
@@ -661,8 +666,35 @@ def scrape(run, inst_i, inst_f, seg, clu_i, clu_f, c, t):
         kv = kv_used_at(run, inst_i, seg, g, bs, t) / inst_i[II_TOTAL, g]
         inst_f[IF_SCR_KV, g] = kv
         inst_f[IF_SCRAPE_T, g] = t
-        per[g - i0] = max(w / 5.0, kv / 0.8)
+        per[g - i0] = max(w / clu_f[CF_SAT_QUEUE, c], kv / clu_f[CF_SAT_KV, c])
     clu_f[CF_SATURATION, c] = pairwise_sum(per, 0, i1 - i0) / (i1 - i0)
+
+
+@njit(cache=True)
+def saturation_now(inst_i, inst_f, clu_i, clu_f, c):
+    """The saturation detector's value at the cluster's current time.
+
+    Utilization: the value of the last scrape, or 1.0 once those metrics are older than
+    the staleness threshold (all instances are scraped together; with scrapes at every
+    event metrics are always fresh). Concurrency: the gateway's in-flight requests or
+    uncomputed prompt tokens over the instances' capacity.
+    """
+    kind = clu_i[CI_SAT_KIND, c]
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n = i1 - i0
+    if kind == SAT_UTILIZATION:
+        if clu_f[CF_SCRAPE_INT, c] > 0 and clu_f[CF_NOW, c] - inst_f[IF_SCRAPE_T, i0] > clu_f[CF_SAT_STALE, c]:
+            return 1.0
+        return clu_f[CF_SATURATION, c]
+    max_req, max_tok = clu_f[CF_SAT_MAX_REQ, c], clu_f[CF_SAT_MAX_TOK, c]
+    if kind == SAT_REQUESTS:
+        return inst_i[II_INFLIGHT, i0:i1].sum() / (n * max_req)
+    if kind == SAT_TOKENS:
+        return inst_i[II_QPREFILL, i0:i1].sum() / (n * max_tok)
+    per = np.empty(n)
+    for g in range(i0, i1):
+        per[g - i0] = max(inst_i[II_INFLIGHT, g] / max_req, inst_i[II_QPREFILL, g] / max_tok)
+    return pairwise_sum(per, 0, n) / n
 
 
 @njit(cache=True)
@@ -841,14 +873,14 @@ def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, h
 
 
 @njit(cache=True)
-def _admit(req_i, clu_i, clu_f, aprob, rng, c, r):
+def _admit(req_i, inst_i, inst_f, clu_i, clu_f, aprob, rng, c, r):
     kind = clu_i[CI_ADMIT, c]
     if kind == ADMIT_PY:
         clu_i[CI_HAS_DECISION, c] = 0
         return clu_i[CI_DECISION, c] == 1
     if kind == ADMIT_ALWAYS:
         return True
-    s = clu_f[CF_SATURATION, c]
+    s = saturation_now(inst_i, inst_f, clu_i, clu_f, c)
     if kind == ADMIT_LEGACY:
         return req_i[RI_PRIORITY, r] >= 0 or s < 1.0
     if kind == ADMIT_PROBABILISTIC:
@@ -868,7 +900,7 @@ def _admit(req_i, clu_i, clu_f, aprob, rng, c, r):
 @njit(cache=True)
 def _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, bkey, ix, rng, c, r,
             t):
-    if not _admit(req_i, clu_i, clu_f, aprob, rng, c, r):
+    if not _admit(req_i, inst_i, inst_f, clu_i, clu_f, aprob, rng, c, r):
         _final(req_i, req_f, r, t, REJECTED)
         return
     clu_i[CI_ACTIVE, c] += 1
@@ -940,7 +972,7 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
     """One dispatch cycle: expire, then dispatch at most one request, highest band first,
     stopping at the first band whose ceiling is <= the saturation."""
     expire(req_i, req_f, clu_i, clu_f, bq, c, t)
-    s = clu_f[CF_SATURATION, c]
+    s = saturation_now(inst_i, inst_f, clu_i, clu_f, c)
     nb = clu_i[CI_NBANDS, c]
     kind = clu_i[CI_FLOW, c]
     open_now = True
@@ -974,9 +1006,14 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
         stationary = clu_f[CF_STATIONARY, c] > 0
     else:
         stationary = True
-    if blocked and stationary and clu_f[CF_SCRAPE_INT, c] > 0:
-        # Nothing changes until the saturation does (next scrape), unless a request expires.
-        clu_f[CF_NEXT_CYCLE, c] = max(t + interval, min(clu_f[CF_NEXT_SCRAPE, c], oldest + clu_f[CF_TTL, c]))
+    if blocked and stationary and clu_f[CF_SCRAPE_INT, c] > 0 and clu_i[CI_SAT_KIND, c] == SAT_UTILIZATION:
+        # Nothing changes until the saturation does (next scrape, or the metrics going
+        # stale), unless a request expires first.
+        wake = min(clu_f[CF_NEXT_SCRAPE, c], oldest + clu_f[CF_TTL, c])
+        stale_at = inst_f[IF_SCRAPE_T, clu_i[CI_INST0, c]] + clu_f[CF_SAT_STALE, c]
+        if stale_at > t:
+            wake = min(wake, stale_at)
+        clu_f[CF_NEXT_CYCLE, c] = max(t + interval, wake)
     else:
         clu_f[CF_NEXT_CYCLE, c] = t + interval
 
@@ -1030,7 +1067,7 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
         clu_f[CF_NOW, c] = t
         if t_elig == t:
             r = _heap_pop(heap_t, heap_r, clu_i, c)
-            _enqueue(req_i, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p,
+            _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p,
                      i0 + req_i[RI_INSTANCE, r], r, t)
         elif t_inst == t:
             _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, g)

@@ -26,11 +26,12 @@ N_U = 3
 # Instances, int64 ``inst_i[field, g]``.
 (II_CLUSTER, II_TOTAL, II_USED, II_EVICTABLE, II_NRUN, II_WQ_HEAD, II_WQ_TAIL, II_WQ_LEN, II_PENDING,
  II_SEG_LEN, II_SEG_USED0, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_ENT0, II_INFLIGHT, II_QPREFILL,
- II_SCR_WAITING, II_SCR_RUNNING, II_IX0, II_IX_HEAD, II_IX_TAIL, II_IX_COUNT, II_ANON_FRONT, II_EVICTION) = range(25)
-N_II = 25
+ II_SCR_WAITING, II_SCR_RUNNING, II_IX0, II_IX_HEAD, II_IX_TAIL, II_IX_COUNT, II_ANON_FRONT, II_EVICTION,
+ II_RESTART) = range(26)
+N_II = 26
 # II_IX*: the llm-d router's per-instance LRU of block keys (``ix[field, e]``);
 # II_ANON_FRONT: vLLM order, anonymous free blocks ahead of the first cached unit;
-# II_EVICTION: the instance's eviction order (EVICT_*).
+# II_EVICTION: the instance's eviction order (EVICT_*); II_RESTART: BLIS restart preemption.
 # Instances, float64 ``inst_f[field, g]``.
 IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS = range(4)
 N_IF = 4
@@ -44,18 +45,22 @@ N_EN = 5  # EN_ANON_AFTER: vLLM order, anonymous free blocks released right afte
 (CI_REQ0, CI_REQ1, CI_INST0, CI_INST1, CI_PTR, CI_ACTIVE, CI_HEAP_LEN, CI_NBANDS, CI_STATUS, CI_PENDING,
  CI_DECISION, CI_HAS_DECISION, CI_ROUTER, CI_RR_NEXT, CI_FLOW, CI_TICK, CI_ADMIT, CI_MAX_SEQS, CI_BUDGET,
  CI_BS, CI_MAX_LEN, CI_SKIP, CI_BAND_CAP, CI_LAT_KIND, CI_INTEGER_US, CI_LOG_LEN, CI_LOG_FINISH,
- CI_LAST_ROUTE) = range(28)
-N_CI = 28
+ CI_LAST_ROUTE, CI_SAT_KIND) = range(29)
+N_CI = 29
 # Clusters, float64 ``clu_f[field, c]``; P0.. are the compiled policies' parameters.
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
- CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3) = range(19)
-N_CF = 19
+ CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3,
+ CF_SAT_QUEUE, CF_SAT_KV, CF_SAT_STALE, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK) = range(24)
+N_CF = 24  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.saturation)
 # The llm-d router's block-key index entries, int64 ``ix[field, e]``: instance g's entry
 # for dense key k is II_IX0[g] + k.
 IX_PRESENT, IX_PREV, IX_NEXT = range(3)
 N_IX = 3
 # Band queues, int64 ``bq[field, c, band]`` (band 0 = highest priority).
 BQ_HEAD, BQ_TAIL, BQ_LEN = range(3)
+
+# Saturation detectors (SaturationConfig: kind, concurrency mode).
+SAT_UTILIZATION, SAT_REQUESTS, SAT_TOKENS, SAT_HYBRID = range(4)
 
 # Eviction orders (EngineConfig.eviction).
 EVICT_CACHED_LAST, EVICT_VLLM = range(2)

@@ -17,7 +17,8 @@ from numba.typed import List
 
 from . import kernel
 from .layout import (
-    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CI_PENDING, RUN_ID, II_ANON_FRONT, II_EVICTION, II_IX0, II_IX_HEAD, II_IX_TAIL, IX_NEXT, IX_PREV, N_IX,
+    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CI_PENDING, RUN_ID, CF_SAT_KV, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK, CF_SAT_QUEUE,
+    CF_SAT_STALE, CI_SAT_KIND, SAT_HYBRID, SAT_REQUESTS, SAT_TOKENS, SAT_UTILIZATION, II_ANON_FRONT, II_EVICTION, II_RESTART, II_IX0, II_IX_HEAD, II_IX_TAIL, IX_NEXT, IX_PREV, N_IX,
     RI_BK0, RI_BK1, CF_EXP_OUT, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE, CF_SCRAPE_INT, CF_TTL,
     CI_BAND_CAP, CI_BS, CI_BUDGET, CI_INST0, CI_INST1, CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_MAX_LEN, CI_MAX_SEQS,
     CI_NBANDS, CI_REQ0, CI_REQ1, CI_SKIP, II_CLUSTER, II_ENT0, II_LRU_HEAD, II_LRU_TAIL, II_TOTAL,
@@ -26,7 +27,8 @@ from .layout import (
     RI_INPUT, RI_INSTANCE, RI_NEXT, RI_OUTPUT, RI_PRIORITY, RI_UNIT0, RI_UNIT1, EN_NEXT, EN_PREV, U_BLOCKS,
     U_END, U_KEY,
 )
-from .config import EVICTION_ORDERS
+from ..saturation import SaturationConfig
+from .config import EVICTION_ORDERS, PREEMPTION_MODES
 from .steptime import N_PARAMS, lower
 from .units import prefix_units, router_block_keys
 
@@ -57,6 +59,7 @@ class ClusterInputs:
     expected_output: float
     rng: np.random.Generator
     router_block_keys: tuple | None = None  # (block_tokens, max_blocks) of a compiled llm-d router
+    saturation: object = None  # llmsched_gym.saturation.SaturationConfig (None: the default)
 
 
 class EngineState:
@@ -250,6 +253,7 @@ class EngineState:
         ii[II_IX0, i0:i1] = x0 + n_bkeys * np.arange(x.instances)
         ii[II_ANON_FRONT, i0:i1] = x.kv_blocks  # every block starts free and never cached
         ii[II_EVICTION, i0:i1] = EVICTION_ORDERS.index(x.engine.eviction)
+        ii[II_RESTART, i0:i1] = PREEMPTION_MODES.index(x.engine.preemption)
         ii[II_IX_HEAD, i0:i1] = ii[II_IX_TAIL, i0:i1] = -1
         ii[II_CLUSTER, i0:i1] = c
         ii[II_TOTAL, i0:i1] = x.kv_blocks
@@ -279,6 +283,12 @@ class EngineState:
         cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
         cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
         cf[CF_EXP_OUT, c] = x.expected_output
+        sat = x.saturation or SaturationConfig()
+        ci[CI_SAT_KIND, c] = (SAT_UTILIZATION if sat.kind == "utilization" else
+                              {"requests": SAT_REQUESTS, "tokens": SAT_TOKENS, "hybrid": SAT_HYBRID}[sat.concurrency_mode])
+        cf[CF_SAT_QUEUE, c], cf[CF_SAT_KV, c] = float(sat.queue_depth_threshold), float(sat.kv_cache_util_threshold)
+        cf[CF_SAT_STALE, c] = sat.metrics_staleness_threshold_s
+        cf[CF_SAT_MAX_REQ, c], cf[CF_SAT_MAX_TOK, c] = sat.max_concurrency, sat.max_token_concurrency
         self.bq[:, c] = 0
         self.bq[BQ_HEAD, c] = self.bq[BQ_TAIL, c] = -1
         self.ceil_ext[c] = 1.0
@@ -301,6 +311,10 @@ class EngineState:
 
     def scrape(self, c: int, t: float) -> None:
         kernel.scrape(self.run, self.inst_i, self.inst_f, self.seg, self.clu_i, self.clu_f, c, t)
+
+    def saturation_now(self, c: int) -> float:
+        """Cluster ``c``'s saturation detector now (see the kernel's ``saturation_now``)."""
+        return float(kernel.saturation_now(self.inst_i, self.inst_f, self.clu_i, self.clu_f, c))
 
     def dispatch_to(self, c: int, r: int, i: int) -> bool:
         """Send global request ``r`` of cluster ``c`` to its local instance ``i``; False if dropped."""
