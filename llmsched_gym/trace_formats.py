@@ -21,7 +21,7 @@ from typing import Iterable
 import numpy as np
 
 from .errors import TraceFormatError
-from .traces import _first_bad, _is_count, _limit, _read_lines
+from .traces import _first_bad, _is_count, _jsonl_rows, _limit, _read_lines
 from .workload import Workload
 
 #: Tokens per hash block in the Qwen/Bailian traces (``*_blksz_16.jsonl``).
@@ -32,24 +32,6 @@ QWEN_TYPES = ("text", "search", "image", "file")
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-
-
-def _jsonl_rows(path: str, limit: int | None) -> tuple[list[int], list]:
-    """(line numbers, parsed objects) of the non-blank lines of a JSONL file."""
-    numbered = [(i + 1, ln) for i, ln in enumerate(_read_lines(path)) if ln.strip()]
-    numbered = numbered[: _limit(len(numbered), limit)]
-    if not numbered:
-        raise TraceFormatError(path, None, None, "no requests in file")
-    rows = []
-    for n, ln in numbered:
-        try:
-            rows.append(json.loads(ln))
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(path, n, None, f"invalid JSON: {e.msg}") from None
-    for n, r in zip(numbered, rows):
-        if not isinstance(r, dict):
-            raise TraceFormatError(path, n[0], None, f"each line must be a JSON object, got {type(r).__name__}")
-    return [n for n, _ in numbered], rows
 
 
 def _column(path: str, lineno: list[int], rows: list[dict], name: str, ok, want: str,

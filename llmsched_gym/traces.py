@@ -105,6 +105,24 @@ def _spread(ts: np.ndarray, seed: int | None) -> np.ndarray:
     return ts + frac * width[bucket]
 
 
+def _jsonl_rows(path: str, limit: int | None) -> tuple[list[int], list]:
+    """(line numbers, parsed objects) of the non-blank lines of a JSONL file."""
+    numbered = [(i + 1, ln) for i, ln in enumerate(_read_lines(path)) if ln.strip()]
+    numbered = numbered[: _limit(len(numbered), limit)]
+    if not numbered:
+        raise TraceFormatError(path, None, None, "no requests in file")
+    rows = []
+    for n, ln in numbered:
+        try:
+            rows.append(json.loads(ln))
+        except json.JSONDecodeError as e:
+            raise TraceFormatError(path, n, None, f"invalid JSON: {e.msg}") from None
+    for n, r in zip(numbered, rows):
+        if not isinstance(r, dict):
+            raise TraceFormatError(path, n[0], None, f"each line must be a JSON object, got {type(r).__name__}")
+    return [n for n, _ in numbered], rows
+
+
 def load_mooncake(
     path: str | os.PathLike,
     *,
@@ -128,17 +146,7 @@ def load_mooncake(
     Zero ``output_length`` is clipped to 1; zero ``input_length`` is rejected.
     """
     path = str(path)
-    numbered = [(i + 1, ln) for i, ln in enumerate(_read_lines(path)) if ln.strip()]
-    numbered = numbered[: _limit(len(numbered), limit)]
-    if not numbered:
-        raise TraceFormatError(path, None, None, "no requests in file")
-    lineno = [n for n, _ in numbered]
-    rows = []
-    for n, ln in numbered:
-        try:
-            rows.append(json.loads(ln))
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(path, n, None, f"invalid JSON: {e.msg}") from None
+    lineno, rows = _jsonl_rows(path, limit)
     cols = {}
     for name in ("timestamp", "input_length", "output_length", "hash_ids"):
         try:
