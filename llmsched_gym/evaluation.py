@@ -447,6 +447,9 @@ def _execute(tasks: list[dict], workers, progress, mp_context=None) -> tuple[lis
                 results[t["index"]] = _run_cell(t)
                 tick()
             return
+        from .engine import compile_kernels
+
+        compile_kernels()  # once here, not in every worker at the same time
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp_context) as pool:
             futures = [pool.submit(_run_cell, t) for t in tasks]
             for f in as_completed(futures):
