@@ -49,7 +49,7 @@ def main() -> None:
         if meta.get("kind") != "sim":
             continue
         w = workload_from(arrays, meta["workload"])
-        for k, r in enumerate(meta["runs"]):
+        for r in meta["runs"]:
             old, new = run(w, r, "cached-last"), run(w, r, "vllm")
             a, b = old.table.first_token_t, new.table.first_token_t
             moved = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())

@@ -25,8 +25,16 @@ class RequestTable:
 
     def __init__(self, workload: Workload, block_size: int, state, c: int):
         from .engine.layout import (
-            RF_DISPATCH, RF_END, RF_FINISH, RF_FIRST, RI_GENERATED, RI_INSTANCE, RI_OUTCOME, RI_PREEMPTIONS,
-            RI_PREFIX_HIT, RI_SCHEDULED,
+            RF_DISPATCH,
+            RF_END,
+            RF_FINISH,
+            RF_FIRST,
+            RI_GENERATED,
+            RI_INSTANCE,
+            RI_OUTCOME,
+            RI_PREEMPTIONS,
+            RI_PREFIX_HIT,
+            RI_SCHEDULED,
         )
 
         r0 = int(state.req_off[c])

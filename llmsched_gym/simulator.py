@@ -18,18 +18,52 @@ import numpy as np
 
 from .engine import EngineConfig
 from .engine.layout import (
-    BQ_HEAD, BQ_LEN, CF_A0, CF_F0, CF_NEXT_CYCLE, CF_NOW, CF_R0, CF_R1, CF_R2, CF_R3, CF_SATURATION, CF_STATIONARY,
-    CI_ACTIVE, CI_ADMIT, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_LAST_ROUTE, CI_LOG_FINISH, CI_LOG_LEN,
-    CI_PENDING, CI_PTR, CI_ROUTER, CI_STATUS, IF_SCR_KV, IF_SCRAPE_T, II_INFLIGHT, II_ITERS, II_QPREFILL,
-    II_SCR_RUNNING, II_SCR_WAITING, II_TOTAL, RF_ENQUEUED, ROUTER_LLMD, ROUTER_PY, ST_ADMIT, ST_ROUTE, ST_TIME,
+    BQ_HEAD,
+    BQ_LEN,
+    CF_A0,
+    CF_F0,
+    CF_NEXT_CYCLE,
+    CF_NOW,
+    CF_R0,
+    CF_R1,
+    CF_R2,
+    CF_R3,
+    CF_STATIONARY,
+    CI_ACTIVE,
+    CI_ADMIT,
+    CI_DECISION,
+    CI_FLOW,
+    CI_HAS_DECISION,
+    CI_LAST_ROUTE,
+    CI_LOG_FINISH,
+    CI_LOG_LEN,
+    CI_PENDING,
+    CI_PTR,
+    CI_ROUTER,
+    CI_STATUS,
+    IF_SCR_KV,
+    IF_SCRAPE_T,
+    II_INFLIGHT,
+    II_ITERS,
+    II_QPREFILL,
+    II_SCR_RUNNING,
+    II_SCR_WAITING,
+    II_TOTAL,
+    RF_ENQUEUED,
+    ROUTER_LLMD,
+    ROUTER_LMETRIC,
+    ROUTER_PY,
+    ST_ADMIT,
+    ST_ROUTE,
+    ST_TIME,
     STATUS_NAMES,
 )
 from .engine.policies import lower_policies
 from .engine.state import ClusterInputs, EngineState
 from .errors import ConfigError, PolicyError
-from .saturation import SaturationConfig
 from .policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, make_policy
 from .requests import RequestTable
+from .saturation import SaturationConfig
 from .view import RequestInfo, RouterView
 from .workload import Workload
 
@@ -178,6 +212,9 @@ class Simulator:
         self._codes = lower_policies(self.router, self.flow, self.admission)
         if self._codes.router == ROUTER_LLMD:  # its approximate prefix index runs in the kernel
             self.inputs.router_block_keys = (self.router.block_tokens, self.router.max_prefix_blocks)
+        if self._codes.router == ROUTER_LMETRIC and self.router.detector:  # so does its hotspot detector
+            st = self.router._settings
+            self.inputs.prefix_classes = (st["prefix_blocks"], st["block_tokens"])
         if batch:
             SimulatorBatch([self])
 
@@ -186,8 +223,8 @@ class Simulator:
         ci, cf = state.clu_i, state.clu_f
         codes = self._codes
         ci[CI_ROUTER, c], ci[CI_FLOW, c], ci[CI_ADMIT, c] = codes.router, codes.flow, codes.admission
-        for field, v in zip((CF_R0, CF_R1, CF_R2, CF_R3), codes.router_params):
-            cf[field, c] = v
+        for row, v in zip((CF_R0, CF_R1, CF_R2, CF_R3), codes.router_params):
+            cf[row, c] = v
         for k, v in enumerate(codes.flow_params):
             cf[CF_F0 + k, c] = v
         for k, v in enumerate(codes.admission_params):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import math
 import os
 from typing import Iterable

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmsched_gym.engine import layout
 from llmsched_gym.policy import RoutingPolicy, register_policy
 from llmsched_gym.view import RequestInfo, RouterView
 
@@ -42,7 +43,9 @@ class LMetricRouter(RoutingPolicy):
 
     @property
     def hotspot_log(self) -> list[tuple[float, PrefixClass]]:
-        """``(time, class)`` each time a class was flagged as a hotspot."""
+        """``(time, class)`` each time a class was flagged as a hotspot. Kept by the Python
+        implementation only: in the simulator this router runs compiled (same decisions)
+        and leaves it empty; a subclass runs in Python and keeps it."""
         return self._detector.log
 
     @staticmethod
@@ -64,6 +67,10 @@ class LMetricRouter(RoutingPolicy):
                 score = np.where(excluded, np.inf, score)
         return argmin_lowest(score)
 
+    def compiled_form(self):  # the detector's window and counts live in the engine state
+        st = self._settings
+        return layout.ROUTER_LMETRIC, (float(self.detector), st["window_s"], st["top_classes"], st["min_samples"])
+
 
 @register_policy("lmetric-no-detector")
 class LMetricNoDetectorRouter(LMetricRouter):
@@ -74,3 +81,5 @@ class LMetricNoDetectorRouter(LMetricRouter):
 
     def __init__(self):
         super().__init__(detector=False)
+
+    compiled_form = LMetricRouter.compiled_form

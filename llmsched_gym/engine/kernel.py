@@ -25,25 +25,176 @@ import numpy as np
 from numba import njit
 
 from .layout import (
-    ADMIT_ALWAYS, ADMIT_BAND_PROBS, ADMIT_LEGACY, ADMIT_PROBABILISTIC, ADMIT_PY, BQ_HEAD, BQ_LEN, BQ_TAIL,
-    CF_A0, CF_A1, CF_DISP_INT, CF_EXP_OUT, CF_F0, CF_F1, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE,
-    CF_NEXT_SCRAPE, CF_NOW, CF_R0, EN_ANON_AFTER, II_RESTART, CF_SAT_KV, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK,
-    CF_SAT_QUEUE, CF_SAT_STALE, CI_SAT_KIND, SAT_REQUESTS, SAT_TOKENS, SAT_UTILIZATION, EVICT_VLLM, II_ANON_FRONT, II_EVICTION, CF_SATURATION, CF_SCRAPE_INT, CF_STATIONARY, CF_TTL, CI_ACTIVE, CI_ADMIT,
-    CI_BAND_CAP, CI_BS, CI_BUDGET, CI_DECISION, CI_FLOW, CI_HAS_DECISION, CI_HEAP_LEN, CI_INST0, CI_INST1,
-    CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_LOG_FINISH, CI_LOG_LEN, CI_MAX_LEN, CI_MAX_SEQS, CI_NBANDS, CI_PENDING,
-    CI_PTR, CI_REQ0, CI_REQ1, CI_ROUTER, CI_RR_NEXT, CI_SKIP, CI_STATUS, CI_TICK, DROPPED, EN_BLOCKS,
-    EN_NEXT, EN_PREV, EN_REF, EXPIRED, FINISHED, FLOW_FIXED, FLOW_HOLDBACK, FLOW_NONE, FLOW_PY,
-    FLOW_SOFT_REFLECTIVE, FLOW_STATIC, IF_LT_TOKENS, IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, II_CLUSTER,
-    II_ENT0, II_EVICTABLE, II_INFLIGHT, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_NRUN, II_PENDING,
-    II_QPREFILL, II_SCR_RUNNING, II_SCR_WAITING, II_SEG_LEN, II_SEG_USED0, II_TOTAL, II_USED,
-    II_WQ_HEAD, II_WQ_LEN, II_WQ_TAIL, REJECTED, RF_ARRIVAL, RF_DELAY, RF_DISPATCH, RF_END,
-    RF_ENQUEUED, RF_FINISH, RF_FINISH_DELAY, RF_FIRST, RF_SENT, RI_BAND, RI_GENERATED, RI_HELD,
-    RI_INPUT, RI_INSTANCE, RI_NEXT, RI_OUTCOME, RI_OUTPUT, RI_PREEMPTIONS, RI_PREFILL_EST,
-    RI_PREFIX_HIT, RI_PRIORITY, RI_SCHEDULED, RI_UNIT0, RI_UNIT1, ROUTER_JSQ, ROUTER_LEAST_TOKENS,
-    ROUTER_LLMD, ROUTER_PY, ROUTER_RANDOM, ROUTER_ROUND_ROBIN, ROUTER_VLLM_DP, CF_R1, CF_R2, CF_R3, II_IX0,
-    II_IX_COUNT, II_IX_HEAD, II_IX_TAIL, IX_NEXT, IX_PREV, IX_PRESENT, RI_BK0, RI_BK1, RUN_COMP, RUN_DECODE, RUN_DONE,
-    RUN_GEN, RUN_ID, RUN_INP, RUN_OUT, RUN_PREFILL, RUN_SHARED, RUN_TAKE, ST_ADMIT, ST_CEILINGS, ST_DONE,
-    ST_HORIZON, ST_ROUTE, ST_TIME, U_BLOCKS, U_END, U_KEY, SEGMENT_CHUNK, N_RUN,
+    ADMIT_ALWAYS,
+    ADMIT_LEGACY,
+    ADMIT_PROBABILISTIC,
+    ADMIT_PY,
+    BQ_HEAD,
+    BQ_LEN,
+    BQ_TAIL,
+    CF_A0,
+    CF_A1,
+    CF_DISP_INT,
+    CF_EXP_OUT,
+    CF_F0,
+    CF_F1,
+    CF_FT_DELAY,
+    CF_HORIZON,
+    CF_NEXT_CYCLE,
+    CF_NEXT_SCRAPE,
+    CF_NOW,
+    CF_R0,
+    CF_R1,
+    CF_R2,
+    CF_R3,
+    CF_SAT_KV,
+    CF_SAT_MAX_REQ,
+    CF_SAT_MAX_TOK,
+    CF_SAT_QUEUE,
+    CF_SAT_STALE,
+    CF_SATURATION,
+    CF_SCRAPE_INT,
+    CF_STATIONARY,
+    CF_TTL,
+    CI_ACTIVE,
+    CI_ADMIT,
+    CI_BAND_CAP,
+    CI_BS,
+    CI_BUDGET,
+    CI_DECISION,
+    CI_FLOW,
+    CI_HAS_DECISION,
+    CI_HEAP_LEN,
+    CI_INST0,
+    CI_INST1,
+    CI_INTEGER_US,
+    CI_LAST_ROUTE,
+    CI_LAT_KIND,
+    CI_LOG_FINISH,
+    CI_LOG_LEN,
+    CI_MAX_LEN,
+    CI_MAX_SEQS,
+    CI_NBANDS,
+    CI_NCLASSES,
+    CI_PENDING,
+    CI_PTR,
+    CI_REQ0,
+    CI_REQ1,
+    CI_ROUTER,
+    CI_RR_NEXT,
+    CI_SAT_KIND,
+    CI_SKIP,
+    CI_STATUS,
+    CI_TICK,
+    CI_WIN_HEAD,
+    CI_WIN_LEN,
+    DROPPED,
+    EN_ANON_AFTER,
+    EN_BLOCKS,
+    EN_NEXT,
+    EN_PREV,
+    EN_REF,
+    EVICT_VLLM,
+    EXPIRED,
+    FINISHED,
+    FLOW_HOLDBACK,
+    FLOW_NONE,
+    FLOW_PY,
+    FLOW_SOFT_REFLECTIVE,
+    FLOW_STATIC,
+    IF_LT_TOKENS,
+    IF_NEXT_T,
+    IF_SCR_KV,
+    IF_SCRAPE_T,
+    II_ANON_FRONT,
+    II_CLUSTER,
+    II_ENT0,
+    II_EVICTABLE,
+    II_EVICTION,
+    II_INFLIGHT,
+    II_ITERS,
+    II_IX0,
+    II_IX_COUNT,
+    II_IX_HEAD,
+    II_IX_TAIL,
+    II_LRU_HEAD,
+    II_LRU_TAIL,
+    II_NRUN,
+    II_PENDING,
+    II_QPREFILL,
+    II_RESTART,
+    II_SCR_RUNNING,
+    II_SCR_WAITING,
+    II_SEG_LEN,
+    II_SEG_USED0,
+    II_TOTAL,
+    II_USED,
+    II_WQ_HEAD,
+    II_WQ_LEN,
+    II_WQ_TAIL,
+    IX_NEXT,
+    IX_PRESENT,
+    IX_PREV,
+    N_RUN,
+    REJECTED,
+    RF_ARRIVAL,
+    RF_DELAY,
+    RF_DISPATCH,
+    RF_END,
+    RF_ENQUEUED,
+    RF_FINISH,
+    RF_FINISH_DELAY,
+    RF_FIRST,
+    RF_SENT,
+    RI_BAND,
+    RI_BK0,
+    RI_BK1,
+    RI_CLASS,
+    RI_GENERATED,
+    RI_HELD,
+    RI_INPUT,
+    RI_INSTANCE,
+    RI_NEXT,
+    RI_OUTCOME,
+    RI_OUTPUT,
+    RI_PREEMPTIONS,
+    RI_PREFILL_EST,
+    RI_PREFIX_HIT,
+    RI_PRIORITY,
+    RI_SCHEDULED,
+    RI_UNIT0,
+    RI_UNIT1,
+    ROUTER_JSQ,
+    ROUTER_LEAST_TOKENS,
+    ROUTER_LLMD,
+    ROUTER_LMETRIC,
+    ROUTER_PY,
+    ROUTER_RANDOM,
+    ROUTER_ROUND_ROBIN,
+    ROUTER_VLLM_DP,
+    RUN_COMP,
+    RUN_DECODE,
+    RUN_DONE,
+    RUN_GEN,
+    RUN_ID,
+    RUN_INP,
+    RUN_OUT,
+    RUN_PREFILL,
+    RUN_SHARED,
+    RUN_TAKE,
+    SAT_REQUESTS,
+    SAT_TOKENS,
+    SAT_UTILIZATION,
+    SEGMENT_CHUNK,
+    ST_ADMIT,
+    ST_CEILINGS,
+    ST_DONE,
+    ST_HORIZON,
+    ST_ROUTE,
+    ST_TIME,
+    U_BLOCKS,
+    U_END,
+    U_KEY,
 )
 from .steptime import prefill_terms, step_us
 
@@ -746,7 +897,7 @@ def _heap_pop(heap_t, heap_r, clu_i, c):
 
 
 @njit(cache=True)
-def _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, bkey, ix, rng, c, r):
+def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, rng, c, r):
     """A compiled router's choice (local instance index) for request ``r``."""
     i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
     n_inst = i1 - i0
@@ -763,6 +914,8 @@ def _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, bkey, ix, rng, c, r):
         return _argmin_random(clu_f[CF_R0, c] * inst_i[II_SCR_WAITING, i0:i1] + inst_i[II_SCR_RUNNING, i0:i1], rng)
     if kind == ROUTER_LEAST_TOKENS:  # lowest index among the minima
         return np.argmin(inst_f[IF_LT_TOKENS, i0:i1])
+    if kind == ROUTER_LMETRIC:
+        return _route_lmetric(req_i, inst_i, unit_i, ent, clu_i, clu_f, win_t, win_c, ccount, c, r)
     # ROUTER_LLMD: weighted scorers (queue, KV utilization, approximate prefix), max wins
     q_min = q_max = float(inst_i[II_SCR_WAITING, i0])
     for g in range(i0 + 1, i1):
@@ -780,6 +933,82 @@ def _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, bkey, ix, rng, c, r):
                  + clu_f[CF_R2, c] * min(max(prefix, 0.0), 1.0))
         neg[i] = -total
     return _argmin_random(neg, rng)
+
+
+@njit(cache=True)
+def _route_lmetric(req_i, inst_i, unit_i, ent, clu_i, clu_f, win_t, win_c, ccount, c, r):
+    """LMetric: min ``(queued prefill + uncached tokens) x (in flight + 1)``, lowest index on
+    ties; with the hotspot detector, a request of a hotspot class avoids the instances
+    that cache its prefix (baselines/routing/lmetric.py, hotspot.py)."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n = i1 - i0
+    inp = req_i[RI_INPUT, r]
+    hits = np.empty(n, np.int64)
+    score = np.empty(n)
+    for i in range(n):
+        g = i0 + i
+        hits[i] = cached_tokens(req_i, unit_i, inst_i, ent, g, r)
+        score[i] = float(inst_i[II_QPREFILL, g] + max(0, inp - hits[i])) * (inst_i[II_INFLIGHT, g] + 1)
+    if clu_f[CF_R0, c] > 0 and _hotspot(req_i, clu_i, clu_f, win_t, win_c, ccount, c, r, hits):
+        for i in range(n):
+            if hits[i] > 0:
+                score[i] = np.inf
+    return np.argmin(score)
+
+
+@njit(cache=True)
+def _hotspot(req_i, clu_i, clu_f, win_t, win_c, ccount, c, r, hits):
+    """The detector's ``excluded``: record the arrival in the sliding window and say whether
+    its class is a hotspot now (its share ``x`` over the window before it exceeds the
+    share of instances caching it, ``x (n - m) > m (1 - x)``, and it is a top class)."""
+    base = clu_i[CI_REQ0, c]
+    cap = clu_i[CI_REQ1, c] - base
+    now = clu_f[CF_NOW, c]
+    start = now - clu_f[CF_R1, c]
+    while clu_i[CI_WIN_LEN, c] and win_t[base + clu_i[CI_WIN_HEAD, c]] < start:
+        old = win_c[base + clu_i[CI_WIN_HEAD, c]]
+        if old >= 0:
+            ccount[base + old] -= 1
+        clu_i[CI_WIN_HEAD, c] = (clu_i[CI_WIN_HEAD, c] + 1) % cap
+        clu_i[CI_WIN_LEN, c] -= 1
+    cls = req_i[RI_CLASS, r]
+    length = clu_i[CI_WIN_LEN, c]
+    hot = False
+    if cls >= 0 and length >= clu_f[CF_R3, c]:
+        x = ccount[base + cls] / length
+        n = len(hits)
+        m = 0
+        for i in range(n):
+            if hits[i] > 0:
+                m += 1
+        if 0 < m < n and x * (n - m) > m * (1 - x):
+            hot = ccount[base + cls] >= _kth_largest_count(ccount, base, clu_i[CI_NCLASSES, c], int(clu_f[CF_R2, c]))
+    if cls >= 0:
+        ccount[base + cls] += 1
+    tail = (clu_i[CI_WIN_HEAD, c] + length) % cap
+    win_t[base + tail], win_c[base + tail] = now, cls
+    clu_i[CI_WIN_LEN, c] = length + 1
+    return hot
+
+
+@njit(cache=True)
+def _kth_largest_count(ccount, base, n_classes, k):
+    """``heapq.nlargest(k, counts)[-1]`` over the classes present in the window."""
+    top = np.zeros(k, np.int64)  # descending; 0 = empty
+    found = 0
+    for j in range(n_classes):
+        v = ccount[base + j]
+        if v <= 0:
+            continue
+        found += 1
+        pos = min(found, k) - 1
+        if found > k and v <= top[k - 1]:
+            continue
+        while pos > 0 and top[pos - 1] < v:
+            top[pos] = top[pos - 1]
+            pos -= 1
+        top[pos] = v
+    return top[min(found, k) - 1] if found else 0
 
 
 @njit(cache=True)
@@ -862,13 +1091,14 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
 
 
 @njit(cache=True)
-def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, rng, c, r):
+def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
+              ccount, rng, c, r):
     if clu_i[CI_ROUTER, c] == ROUTER_PY:  # decided outside: pause after this event
         clu_i[CI_PENDING, c] = r
         clu_i[CI_LAST_ROUTE, c] = r
         clu_i[CI_STATUS, c] = ST_ROUTE
         return
-    i = _route(req_i, req_f, inst_i, inst_f, clu_i, clu_f, bkey, ix, rng, c, r)
+    i = _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, rng, c, r)
     dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
 
 
@@ -898,14 +1128,15 @@ def _admit(req_i, inst_i, inst_f, clu_i, clu_f, aprob, rng, c, r):
 
 
 @njit(cache=True)
-def _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, bkey, ix, rng, c, r,
-            t):
+def _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, bkey, ix, win_t,
+            win_c, ccount, rng, c, r, t):
     if not _admit(req_i, inst_i, inst_f, clu_i, clu_f, aprob, rng, c, r):
         _final(req_i, req_f, r, t, REJECTED)
         return
     clu_i[CI_ACTIVE, c] += 1
     if clu_i[CI_FLOW, c] == FLOW_NONE:
-        _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, rng, c, r)
+        _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
+                  ccount, rng, c, r)
         return
     b = req_i[RI_BAND, r]
     if bq[BQ_LEN, c, b] >= clu_i[CI_BAND_CAP, c]:
@@ -968,7 +1199,7 @@ def _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now):
 
 @njit(cache=True)
 def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t, heap_r,
-                    bkey, ix, rng, c, t):
+                    bkey, ix, win_t, win_c, ccount, rng, c, t):
     """One dispatch cycle: expire, then dispatch at most one request, highest band first,
     stopping at the first band whose ceiling is <= the saturation."""
     expire(req_i, req_f, clu_i, clu_f, bq, c, t)
@@ -988,7 +1219,8 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
             break
         if bq[BQ_LEN, c, b]:
             r = _band_pop(req_i, bq, c, b)
-            _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, rng, c, r)
+            _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
+                  ccount, rng, c, r)
             break
     queued = False
     oldest = np.inf
@@ -1025,7 +1257,7 @@ def is_done(clu_i, c):
 
 @njit(cache=True)
 def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob,
-                     lat_p, heap_t, heap_r, log, bkey, ix, rng, c, until):
+                     lat_p, heap_t, heap_r, log, bkey, ix, win_t, win_c, ccount, rng, c, until):
     """The event loop of cluster ``c`` up to ``until`` or the next pause (sets CI_STATUS)."""
     if clu_i[CI_STATUS, c] == ST_ROUTE:
         return  # a routing decision is still owed
@@ -1079,7 +1311,7 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
                 clu_i[CI_STATUS, c] = ST_ADMIT
                 return
             _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, bkey, ix,
-                    rng, c, r0 + ptr, t)
+                    win_t, win_c, ccount, rng, c, r0 + ptr, t)
             clu_i[CI_PTR, c] = ptr + 1
         else:
             if clu_i[CI_FLOW, c] == FLOW_PY and not clu_i[CI_HAS_DECISION, c]:
@@ -1087,7 +1319,7 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
                 clu_i[CI_STATUS, c] = ST_CEILINGS
                 return
             _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t,
-                            heap_r, bkey, ix, rng, c, t)
+                            heap_r, bkey, ix, win_t, win_c, ccount, rng, c, t)
         if clu_i[CI_STATUS, c] == ST_ROUTE:
             return
         if is_done(clu_i, c):
@@ -1097,12 +1329,13 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
 
 @njit(cache=True)
 def advance(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob, lat_p,
-            heap_t, heap_r, log, bkey, ix, rngs, active, until):
+            heap_t, heap_r, log, bkey, ix, win_t, win_c, ccount, rngs, active, until):
     """Advance every cluster ``c`` with ``active[c]`` to ``until[c]`` or its next pause."""
     for c in range(len(active)):
         if active[c]:
             _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext,
-                             aprob, lat_p, heap_t, heap_r, log, bkey, ix, rngs[c], c, until[c])
+                             aprob, lat_p, heap_t, heap_r, log, bkey, ix, win_t, win_c, ccount, rngs[c], c,
+                             until[c])
 
 
 @njit(cache=True)

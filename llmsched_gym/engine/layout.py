@@ -12,8 +12,8 @@ kernels (``rm llmsched_gym/engine/__pycache__/*.nb[ic]``) or they keep the old v
 # Requests, int64 ``req_i[field, r]`` (all clusters' requests back to back).
 (RI_INPUT, RI_OUTPUT, RI_BAND, RI_PRIORITY, RI_UNIT0, RI_UNIT1, RI_GENERATED, RI_HELD, RI_INSTANCE,
  RI_PREFIX_HIT, RI_SCHEDULED, RI_PREEMPTIONS, RI_OUTCOME, RI_PREFILL_EST, RI_NEXT, RI_CLOSED, RI_BK0,
- RI_BK1) = range(18)
-N_RI = 18  # RI_CLOSED: the environments' reward bookkeeping (cost of the request is final)
+ RI_BK1, RI_CLASS) = range(19)
+N_RI = 19  # RI_CLASS: the request's prefix class for LMetric's hotspot detector (-1: none)  # RI_CLOSED: the environments' reward bookkeeping (cost of the request is final)
 # RI_BK0:RI_BK1: the request's router block keys in ``bkey`` (dense per cluster), for the
 # compiled llm-d router's approximate prefix index.
 # Requests, float64 ``req_f[field, r]``: times in seconds; delays precomputed per request.
@@ -45,8 +45,8 @@ N_EN = 5  # EN_ANON_AFTER: vLLM order, anonymous free blocks released right afte
 (CI_REQ0, CI_REQ1, CI_INST0, CI_INST1, CI_PTR, CI_ACTIVE, CI_HEAP_LEN, CI_NBANDS, CI_STATUS, CI_PENDING,
  CI_DECISION, CI_HAS_DECISION, CI_ROUTER, CI_RR_NEXT, CI_FLOW, CI_TICK, CI_ADMIT, CI_MAX_SEQS, CI_BUDGET,
  CI_BS, CI_MAX_LEN, CI_SKIP, CI_BAND_CAP, CI_LAT_KIND, CI_INTEGER_US, CI_LOG_LEN, CI_LOG_FINISH,
- CI_LAST_ROUTE, CI_SAT_KIND) = range(29)
-N_CI = 29
+ CI_LAST_ROUTE, CI_SAT_KIND, CI_WIN_HEAD, CI_WIN_LEN, CI_NCLASSES) = range(32)
+N_CI = 32  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` over the cluster's request slots
 # Clusters, float64 ``clu_f[field, c]``; P0.. are the compiled policies' parameters.
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
  CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3,
@@ -70,7 +70,8 @@ ST_TIME, ST_HORIZON, ST_DONE, ST_ROUTE, ST_ADMIT, ST_CEILINGS = range(6)
 STATUS_NAMES = ("time", "horizon", "done", "route", "admit", "ceilings")
 
 # Compiled policies (0 = decided in Python at a pause).
-ROUTER_PY, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_JSQ, ROUTER_VLLM_DP, ROUTER_LEAST_TOKENS, ROUTER_LLMD = range(7)
+(ROUTER_PY, ROUTER_ROUND_ROBIN, ROUTER_RANDOM, ROUTER_JSQ, ROUTER_VLLM_DP, ROUTER_LEAST_TOKENS, ROUTER_LLMD,
+ ROUTER_LMETRIC) = range(8)
 FLOW_NONE, FLOW_PY, FLOW_STATIC, FLOW_HOLDBACK, FLOW_SOFT_REFLECTIVE, FLOW_FIXED = range(6)
 ADMIT_PY, ADMIT_ALWAYS, ADMIT_LEGACY, ADMIT_PROBABILISTIC, ADMIT_BAND_PROBS = range(5)
 

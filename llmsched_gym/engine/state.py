@@ -15,22 +15,100 @@ from dataclasses import dataclass
 import numpy as np
 from numba.typed import List
 
-from . import kernel
-from .layout import (
-    BQ_HEAD, BQ_TAIL, CF_DISP_INT, CI_PENDING, RUN_ID, CF_SAT_KV, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK, CF_SAT_QUEUE,
-    CF_SAT_STALE, CI_SAT_KIND, SAT_HYBRID, SAT_REQUESTS, SAT_TOKENS, SAT_UTILIZATION, II_ANON_FRONT, II_EVICTION, II_RESTART, II_IX0, II_IX_HEAD, II_IX_TAIL, IX_NEXT, IX_PREV, N_IX,
-    RI_BK0, RI_BK1, CF_EXP_OUT, CF_FT_DELAY, CF_HORIZON, CF_NEXT_CYCLE, CF_SCRAPE_INT, CF_TTL,
-    CI_BAND_CAP, CI_BS, CI_BUDGET, CI_INST0, CI_INST1, CI_INTEGER_US, CI_LAST_ROUTE, CI_LAT_KIND, CI_MAX_LEN, CI_MAX_SEQS,
-    CI_NBANDS, CI_REQ0, CI_REQ1, CI_SKIP, II_CLUSTER, II_ENT0, II_LRU_HEAD, II_LRU_TAIL, II_TOTAL,
-    II_WQ_HEAD, II_WQ_TAIL, IF_NEXT_T, SEGMENT_CHUNK, N_CF, N_CI, N_EN, N_IF, N_II, N_RF, N_RI, N_RUN, N_U,
-    RF_ARRIVAL, RF_DELAY, RF_DISPATCH, RF_END, RF_ENQUEUED, RF_FINISH, RF_FINISH_DELAY, RF_FIRST, RI_BAND,
-    RI_INPUT, RI_INSTANCE, RI_NEXT, RI_OUTPUT, RI_PRIORITY, RI_UNIT0, RI_UNIT1, EN_NEXT, EN_PREV, U_BLOCKS,
-    U_END, U_KEY,
-)
 from ..saturation import SaturationConfig
+from . import kernel
 from .config import EVICTION_ORDERS, PREEMPTION_MODES
+from .layout import (
+    BQ_HEAD,
+    BQ_TAIL,
+    CF_DISP_INT,
+    CF_EXP_OUT,
+    CF_FT_DELAY,
+    CF_HORIZON,
+    CF_NEXT_CYCLE,
+    CF_SAT_KV,
+    CF_SAT_MAX_REQ,
+    CF_SAT_MAX_TOK,
+    CF_SAT_QUEUE,
+    CF_SAT_STALE,
+    CF_SCRAPE_INT,
+    CF_TTL,
+    CI_BAND_CAP,
+    CI_BS,
+    CI_BUDGET,
+    CI_INST0,
+    CI_INST1,
+    CI_INTEGER_US,
+    CI_LAST_ROUTE,
+    CI_LAT_KIND,
+    CI_MAX_LEN,
+    CI_MAX_SEQS,
+    CI_NBANDS,
+    CI_NCLASSES,
+    CI_PENDING,
+    CI_REQ0,
+    CI_REQ1,
+    CI_SAT_KIND,
+    CI_SKIP,
+    EN_NEXT,
+    EN_PREV,
+    IF_NEXT_T,
+    II_ANON_FRONT,
+    II_CLUSTER,
+    II_ENT0,
+    II_EVICTION,
+    II_IX0,
+    II_IX_HEAD,
+    II_IX_TAIL,
+    II_LRU_HEAD,
+    II_LRU_TAIL,
+    II_RESTART,
+    II_TOTAL,
+    II_WQ_HEAD,
+    II_WQ_TAIL,
+    IX_NEXT,
+    IX_PREV,
+    N_CF,
+    N_CI,
+    N_EN,
+    N_IF,
+    N_II,
+    N_IX,
+    N_RF,
+    N_RI,
+    N_RUN,
+    N_U,
+    RF_ARRIVAL,
+    RF_DELAY,
+    RF_DISPATCH,
+    RF_END,
+    RF_ENQUEUED,
+    RF_FINISH,
+    RF_FINISH_DELAY,
+    RF_FIRST,
+    RI_BAND,
+    RI_BK0,
+    RI_BK1,
+    RI_CLASS,
+    RI_INPUT,
+    RI_INSTANCE,
+    RI_NEXT,
+    RI_OUTPUT,
+    RI_PRIORITY,
+    RI_UNIT0,
+    RI_UNIT1,
+    RUN_ID,
+    SAT_HYBRID,
+    SAT_REQUESTS,
+    SAT_TOKENS,
+    SAT_UTILIZATION,
+    SEGMENT_CHUNK,
+    U_BLOCKS,
+    U_END,
+    U_KEY,
+)
 from .steptime import N_PARAMS, lower
-from .units import prefix_units, router_block_keys
+from .units import prefix_classes, prefix_units, router_block_keys
 
 
 def _keys_of(x: ClusterInputs) -> tuple:
@@ -60,6 +138,7 @@ class ClusterInputs:
     rng: np.random.Generator
     router_block_keys: tuple | None = None  # (block_tokens, max_blocks) of a compiled llm-d router
     saturation: object = None  # llmsched_gym.saturation.SaturationConfig (None: the default)
+    prefix_classes: tuple | None = None  # (prefix_blocks, block_tokens) of a compiled LMetric detector
 
 
 class EngineState:
@@ -117,6 +196,9 @@ class EngineState:
         self.heap_t = np.zeros(N)
         self.heap_r = np.zeros(N, np.int64)
         self.log = np.zeros(N, np.int64)
+        self.win_t = np.zeros(N)  # LMetric's detector: arrival times and classes in its window,
+        self.win_c = np.zeros(N, np.int64)  # a ring over the cluster's request slots,
+        self.ccount = np.zeros(N, np.int64)  # and arrivals per class in the window
 
     def regrown(self, c: int, x: ClusterInputs) -> "EngineState":
         """A copy of this state in which slot ``c`` has room for ``x``; every other slot's
@@ -150,6 +232,9 @@ class EngineState:
             new.heap_t[r0n:r0n + nr] = self.heap_t[r0:r0 + nr]
             new.heap_r[r0n:r0n + nr] = self.heap_r[r0:r0 + nr] + dr
             new.log[r0n:r0n + nr] = self.log[r0:r0 + nr] + dr
+            new.win_t[r0n:r0n + nr] = self.win_t[r0:r0 + nr]
+            new.win_c[r0n:r0n + nr] = self.win_c[r0:r0 + nr]
+            new.ccount[r0n:r0n + nr] = self.ccount[r0:r0 + nr]
             new.unit_i[:, u0n:u0n + nu] = self.unit_i[:, u0:u0 + nu]
             new.ent[:, e0n:e0n + ne] = self.ent[:, e0:e0 + ne]
             for f in (EN_PREV, EN_NEXT):
@@ -228,6 +313,12 @@ class EngineState:
         ri[RI_INSTANCE, r0:r1] = -1
         ri[RI_NEXT, r0:r1] = -1
         rf[:, r0:int(self.req_off[c + 1])] = 0.0
+        ri[RI_CLASS, r0:r1] = -1
+        if x.prefix_classes:
+            ri[RI_CLASS, r0:r1], n_classes = prefix_classes(w, *x.prefix_classes)
+        else:
+            n_classes = 0
+        self.ccount[r0:int(self.req_off[c + 1])] = 0
         rf[RF_ARRIVAL, r0:r1] = w.arrival_s
         for f in (RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED):
             rf[f, r0:r1] = np.nan
@@ -269,6 +360,7 @@ class EngineState:
         cf[:, c] = 0.0
         ci[CI_REQ0, c], ci[CI_REQ1, c], ci[CI_INST0, c], ci[CI_INST1, c] = r0, r1, i0, i1
         ci[CI_NBANDS, c] = x.num_bands
+        ci[CI_NCLASSES, c] = n_classes
         ci[CI_LAST_ROUTE, c] = -1
         e = x.engine
         ci[CI_MAX_SEQS, c], ci[CI_BUDGET, c], ci[CI_BS, c] = e.max_num_seqs, e.max_num_batched_tokens, e.block_size
@@ -303,7 +395,7 @@ class EngineState:
         """The kernel's arguments, in :func:`~llmsched_gym.engine.kernel.advance` order."""
         return (self.req_i, self.req_f, self.unit_i, self.inst_i, self.inst_f, self.ent, self.run, self.seg,
                 self.clu_i, self.clu_f, self.bq, self.ceil_ext, self.aprob, self.lat_p, self.heap_t, self.heap_r,
-                self.log, self.bkey, self.ix, self.rngs)
+                self.log, self.bkey, self.ix, self.win_t, self.win_c, self.ccount, self.rngs)
 
     def advance(self, active: np.ndarray, until: np.ndarray) -> None:
         """Advance the clusters marked in ``active`` to ``until`` or their next pause."""

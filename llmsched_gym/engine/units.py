@@ -85,3 +85,24 @@ def router_block_keys(workload: Workload, block_tokens: int, max_blocks: int = 0
     keys = np.where(hashed, chained, -(req * 1_000_003 + j))
     uniq, dense = np.unique(keys, return_inverse=True)
     return offsets, dense.astype(np.int64), len(uniq)
+
+
+def prefix_classes(workload: Workload, prefix_blocks: int, block_tokens: int) -> tuple[np.ndarray, int]:
+    """(dense class per request, -1 for none; number of classes) of LMetric's hotspot
+    detector: the request's prefix group if it has one, else the chained key of its first
+    ``prefix_blocks`` blocks of ``block_tokens`` (None without a full block)."""
+    n = len(workload)
+    offsets, keys, _ = router_block_keys(workload, block_tokens)
+    counts = np.diff(offsets)
+    group = workload.prefix_group
+    has_key = counts > 0
+    key_at = offsets[:-1] + np.minimum(prefix_blocks, np.maximum(counts, 1)) - 1
+    key = np.where(has_key, keys[np.minimum(key_at, max(len(keys) - 1, 0))] if len(keys) else 0, 0)
+    kind = np.where(group >= 0, 0, np.where(has_key, 1, -1))  # 0 group, 1 prefix key, -1 none
+    value = np.where(group >= 0, group, key)
+    cls = np.full(n, -1, np.int64)
+    some = kind >= 0
+    if some.any():
+        _, dense = np.unique(np.stack([kind[some], value[some]], axis=1), axis=0, return_inverse=True)
+        cls[some] = dense.reshape(-1)
+    return cls, int(cls.max() + 1) if n else 0
