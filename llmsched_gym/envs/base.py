@@ -55,8 +55,9 @@ class LLMSchedEnv(gym.Env):
     def step(self, action):
         if self.driver.over:
             raise RuntimeError("the episode is over; call reset() before step()")
-        a = self.driver.check_action(action)  # the single env's own messages
-        obs, rewards, term, trunc, infos = self._vec.step(np.asarray([a]))
+        a = np.asarray([self.driver.check_action(action)])  # validated, with the single env's messages
+        vec = self._vec
+        obs, rewards, term, trunc, infos = vec._step_batched(a) if vec._fast else vec.step(a)
         info = self._info_of(infos)
         terminated, truncated = bool(term[0]), bool(trunc[0])
         if terminated or truncated:

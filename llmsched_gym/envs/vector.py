@@ -80,6 +80,7 @@ class LLMSchedVectorEnv(VectorEnv):
         self._wband = np.zeros((n, 0))
         self._rngs: list[np.random.Generator | None] = [None] * n
         self._raw = raw_buffers(self.setup, n)
+        self._scratch: dict[str, np.ndarray] = {}
         self._final_raw = raw_buffers(self.setup, 1)
 
     # ------------------------------------------------------------------ API
@@ -283,8 +284,11 @@ class LLMSchedVectorEnv(VectorEnv):
             return
         st, raw = self.batch.state, self._raw
         I, B = self.setup.num_instances, len(self.setup.band_priorities)
-        scratch = {k: raw.get(k, np.zeros((self.num_envs, I if k in _PER_INSTANCE else (B if k in _PER_BAND else 1))))
-                   for k in _COMMON}
+        scratch = self._scratch  # buffers of the common keys, raw's own where observed
+        for k in _COMMON:
+            if k not in scratch:
+                scratch[k] = raw[k] if k in raw else np.zeros(
+                    (self.num_envs, I if k in _PER_INSTANCE else (B if k in _PER_BAND else 1)))
         sim_bands = self._sim_bands
         batched.common_obs(st.req_f, st.inst_i, st.inst_f, st.clu_i, st.clu_f, st.bq, sim_bands,
                            *(scratch[k] for k in _COMMON))
@@ -292,8 +296,8 @@ class LLMSchedVectorEnv(VectorEnv):
             if "band_arrival_rate" in raw:
                 raw["band_arrival_rate"][:] = self._arrival_rate
             return
-        hit = raw.get("prefix_hit", np.zeros((self.num_envs, I)))
-        request = raw.get("request", np.zeros((self.num_envs, 4)))
+        hit = raw["prefix_hit"] if "prefix_hit" in raw else scratch.setdefault("prefix_hit", np.zeros((self.num_envs, I)))
+        request = raw["request"] if "request" in raw else scratch.setdefault("request", np.zeros((self.num_envs, 4)))
         batched.routing_obs(st.req_i, st.req_f, st.unit_i, st.inst_i, st.ent, st.clu_i, st.clu_f, sim_bands, B,
                             hit, request)
 
