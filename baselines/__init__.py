@@ -1,4 +1,4 @@
-"""Hand-coded reference policies (DESIGN 4 and 5), registered by name on import.
+"""Hand-coded reference policies (docs/architecture.md), registered by name on import.
 
 Families: :mod:`.admission`, :mod:`.flow_control` (usage limits) and :mod:`.routing`.
 Build one with :func:`llmsched_gym.policy.make_policy`, e.g. ``make_policy("lmetric")``.

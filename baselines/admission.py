@@ -1,4 +1,4 @@
-"""Admission policies (DESIGN 4): admit or reject a request when it arrives.
+"""Admission policies (docs/architecture.md): admit or reject a request when it arrives.
 
 A request is sheddable when its priority is < 0; critical requests (>= 0) are always
 admitted by every policy here.

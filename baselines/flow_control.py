@@ -1,4 +1,4 @@
-"""Usage-limit (flow-control) policies (DESIGN 4): per-band ceilings for the dispatch loop.
+"""Usage-limit (flow-control) policies (docs/architecture.md): per-band ceilings for the dispatch loop.
 
 Band 0 is the highest priority. The gateway stops a dispatch cycle at the first band
 whose ceiling is <= the saturation, so a ceiling of 1.0 only blocks at saturation >= 1

@@ -1,4 +1,4 @@
-"""Reproduce the published directions (DESIGN 8) and write docs/results.md + docs/figures/.
+"""Reproduce the published directions (docs/results.md) and write docs/results.md + docs/figures/.
 
     python benchmarks/reproduce.py              # full report (3 seeds, ~15-20 min on 2 cores)
     python benchmarks/reproduce.py --quick      # reduced: 1 seed, shortened windows (~3 min)
@@ -64,7 +64,7 @@ def studies(quick: bool) -> list[Study]:
     return out
 
 
-# ====================================================================== checks (DESIGN 8)
+# ====================================================================== checks (docs/results.md)
 def _rec(stats, scenario, point, policy, metric, cls):
     return lookup(stats, scenario=scenario, point=point, policy=policy, metric=metric, **{"class": cls})
 
@@ -120,7 +120,7 @@ NOTES = {
         "The reasoning workload (~6.2k output tokens) saturates through the KV cache rather than the "
         "queues: saturation = mean max(waiting/5, kv_util/0.8) is at or above 1.0 for most of the run "
         "under *both* policies (see the profile at the end of the item), and at s >= 1 the soft-reflective ceiling closes every band "
-        "exactly like the static threshold 1.0 (DESIGN 4: at s >= 1 the cycle stops). Critical requests "
+        "exactly like the static threshold 1.0 (docs/architecture.md: at s >= 1 the cycle stops). Critical requests "
         "therefore queue at the gateway in both runs; the policies differ only while 0.5 <= s < 1, which "
         "is too short to matter. In codegen at 16 QPS, by contrast, holding back sheddable prefills keeps "
         "s below 1 most of the time (profile in the codegen row), which is where the large reduction "
@@ -216,7 +216,7 @@ def render(results: list, quick: bool, runtime_s: float, seeds: list[int]) -> st
              f"({len(seeds)} paired seed(s) {seeds}, {runtime_s / 60:.1f} min wall on {os.cpu_count()} CPUs). "
              "Every number is the median over seeds; changes are paired by seed "
              "(`mean(policy)/mean(baseline) - 1` with a bootstrap 95% interval, see `llmsched_gym/stats.py`). "
-             "Targets: DESIGN section 8. Raw statistics: [`figures/summary.csv`](figures/summary.csv).\n")
+             "Targets: the published directions listed in each section. Raw statistics: [`figures/summary.csv`](figures/summary.csv).\n")
     if quick:
         L.append("> **Quick run**: shortened arrival windows and one seed; directions only, intervals are "
                  "not meaningful. Run without `--quick` for the full report.\n")
@@ -269,7 +269,7 @@ def render(results: list, quick: bool, runtime_s: float, seeds: list[int]) -> st
     L.append("## 2. Routing at 50% load: LMetric vs the baselines\n")
     L.append("16 x H20, Qwen3-30B-A3B, roofline step times, no gateway queue. Mean / p99 TTFT (s) and TPOT "
              "(ms); hit = token-weighted prefix-cache hit ratio; imb = busiest instance's share of requests "
-             "over the mean share (1.0 = perfectly even). Published (DESIGN 8): LMetric has lower mean and "
+             "over the mean share (1.0 = perfectly even). Published (docs/results.md): LMetric has lower mean and "
              "tail TTFT and TPOT than vLLM/JSQ, Bailian, Dynamo and llm-d on chatbot/agent/coder; on "
              "toolagent its mean TTFT may be ~10% above llm-d's while its TPOT is ~30% lower.\n")
     route_summary = []

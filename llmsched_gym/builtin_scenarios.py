@@ -1,4 +1,4 @@
-"""The built-in scenarios (DESIGN 6). Names are fixed so results compare across versions.
+"""The built-in scenarios (docs/scenarios.md). Names are fixed so results compare across versions.
 
 Flow-control seed workloads (llm-d's flow-control article) on 2 x H100, Qwen3-14B,
 linear step-time preset: ``codegen``, ``chat``, ``reasoning``. Their published QPS

@@ -1,4 +1,4 @@
-"""Hardware and model presets, and the KV-cache capacity of one instance (DESIGN 3.2, 3.3).
+"""Hardware and model presets, and the KV-cache capacity of one instance (docs/architecture.md).
 
 Model numbers are the real Hugging Face ``config.json`` values; parameter counts are
 derived from them (embeddings, attention incl. biases and q/k norms, MLP or experts and
@@ -220,7 +220,7 @@ def kv_capacity_blocks(
     gpu_memory_utilization: float = 0.9,
     block_size: int = 16,
 ) -> int:
-    """KV-cache blocks of one instance (DESIGN 3.2).
+    """KV-cache blocks of one instance (docs/architecture.md).
 
     blocks = floor((memory x util x tp - weight bytes - activation reserve)
                    / (kv_bytes_per_token x block_size)),

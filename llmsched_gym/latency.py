@@ -1,4 +1,4 @@
-"""Step-time models: the duration of one engine iteration (DESIGN 3.3). Units: microseconds.
+"""Step-time models: the duration of one engine iteration (docs/architecture.md). Units: microseconds.
 
 One iteration computes, for each prefilling request r, ``prefill_new[r]`` new (uncached)
 prompt tokens of a prompt of ``prefill_len[r]`` tokens, plus one token for each of
@@ -144,7 +144,7 @@ def _as_tokens(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
-# BLIS blackbox coefficients fitted on vLLM 0.11 (DESIGN 3.3):
+# BLIS blackbox coefficients fitted on vLLM 0.11 (docs/architecture.md):
 # (model, hardware, tp) -> (alpha0, alpha1, alpha2), (beta0, beta1, beta2).
 LINEAR_PRESETS: dict[tuple[str, str, int], tuple[tuple[float, float, float], tuple[float, float, float]]] = {
     ("Qwen/Qwen3-14B", "H100", 1): ((8888.09, 0.18489, 0.0), (13578.19, 39.4447, 27.3228)),
@@ -335,7 +335,7 @@ class BlisRooflineModel(RooflineModel):
 
 
 class TrainedPhysicsModel(StepTimeModel):
-    """BLIS "trained-physics" model (DESIGN 3.3; sim/latency/trained_physics_model.go).
+    """BLIS "trained-physics" model (docs/architecture.md; sim/latency/trained_physics_model.go).
 
     With F, W the per-us peak FLOPs and bandwidth, t_r / s_r the new tokens and total
     prompt length of prefilling request r, Tp = sum t_r, Nd decoding requests with

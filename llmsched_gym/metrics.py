@@ -1,4 +1,4 @@
-"""Per-request records and per-class summaries (DESIGN 3.1).
+"""Per-request records and per-class summaries (docs/architecture.md).
 
 Summaries are over *all* arrivals of a class, so a policy cannot improve them by not
 serving requests (docs/architecture.md, "Metrics"):

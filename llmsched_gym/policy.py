@@ -50,7 +50,7 @@ class AdmissionPolicy(Policy):
 
 
 class UsageLimitPolicy(Policy):
-    """Ceilings per band (band 0 = highest priority) for the dispatch loop (DESIGN 4).
+    """Ceilings per band (band 0 = highest priority) for the dispatch loop (docs/architecture.md).
 
     ``ceilings`` is called once per dispatch cycle and may advance internal state (a
     tick). ``stationary(saturation)`` returns True when repeated calls at this

@@ -6,7 +6,7 @@ import numpy as np
 
 from .workload import Workload
 
-# Outcome codes (DESIGN 3.1). IN_FLIGHT covers every request not yet in a final state.
+# Outcome codes (docs/architecture.md). IN_FLIGHT covers every request not yet in a final state.
 IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED = 0, 1, 2, 3, 4
 OUTCOME_NAMES = {IN_FLIGHT: "in_flight", FINISHED: "finished", REJECTED: "rejected",
                  EXPIRED: "expired", DROPPED: "dropped"}
@@ -15,7 +15,7 @@ OUTCOME_NAMES = {IN_FLIGHT: "in_flight", FINISHED: "finished", REJECTED: "reject
 class RequestTable:
     """Per-request records of one cluster, as numpy views into the batched engine state.
 
-    Fields (DESIGN 3.1 records): ``instance``, ``dispatch_t``, ``first_token_t``,
+    Fields (docs/architecture.md records): ``instance``, ``dispatch_t``, ``first_token_t``,
     ``finish_t``, ``end_t`` (time the outcome became final), ``prefix_hit`` (cached
     prompt tokens at first scheduling), ``scheduled_once``, ``preemptions``,
     ``generated`` (output tokens emitted so far, kept across preemptions) and ``outcome``;

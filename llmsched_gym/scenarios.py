@@ -1,4 +1,4 @@
-"""Scenarios: a cluster + a workload + default gateway policies + a horizon (DESIGN 6).
+"""Scenarios: a cluster + a workload + default gateway policies + a horizon (docs/scenarios.md).
 
 A :class:`Scenario` is everything needed to run one experiment except the policies
 under test and the seed. Built-in scenarios have fixed names so that results are

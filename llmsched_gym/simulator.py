@@ -82,7 +82,7 @@ class ClusterConfig:
             ``blis-roofline`` (BLIS's roofline formula; for parity runs only).
         latency_params: keyword overrides for the step-time model's coefficients.
         kv_blocks: KV capacity per instance in blocks; None derives it from memory
-            (DESIGN 3.2); ``"unlimited"`` disables capacity limits and eviction.
+            (docs/architecture.md); ``"unlimited"`` disables capacity limits and eviction.
         gpu_memory_utilization: fraction of GPU memory vLLM may use.
         engine: per-instance limits (``EngineConfig``).
         scrape_interval_s: how often the gateway's metrics refresh (0 = always fresh).
@@ -126,7 +126,7 @@ class ClusterConfig:
 
 @dataclass
 class GatewayConfig:
-    """Admission, flow control and routing in front of the instances (DESIGN 4).
+    """Admission, flow control and routing in front of the instances (docs/architecture.md).
 
     Args:
         router: routing policy name/instance, or ``"external"`` (decided via ``route``).

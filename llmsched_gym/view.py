@@ -1,4 +1,4 @@
-"""What gateway policies see (DESIGN 3.4): signals, never the engine's ground truth.
+"""What gateway policies see (docs/architecture.md): signals, never the engine's ground truth.
 
 A :class:`RouterView` is built by the simulator and handed to admission, usage-limit and
 routing policies. Arrays are indexed by instance and are read-only for policies.
@@ -64,7 +64,7 @@ class RouterView:
         queued_prefill_tokens: uncomputed prompt tokens dispatched to the instance
             (estimated at dispatch as input minus the precise prefix hit then).
     Other:
-        saturation: llm-d utilization detector value (DESIGN 4), from scraped metrics.
+        saturation: llm-d utilization detector value (docs/architecture.md), from scraped metrics.
         prefix_hit_tokens: callable(request) -> int array of the request's cached prompt
             tokens on every instance (precise index).
         latency_model, engine: the step-time model and engine config of the instances,

@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-#: Names of the priority classes used by the seed workloads (DESIGN 4).
+#: Names of the priority classes used by the seed workloads (docs/architecture.md).
 CRITICAL, SHEDDABLE = 0, -1
 
 

@@ -1,4 +1,4 @@
-"""Admission, flow-control and registry baselines against hand-computed values (DESIGN 4)."""
+"""Admission, flow-control and registry baselines against hand-computed values (docs/architecture.md)."""
 
 from __future__ import annotations
 

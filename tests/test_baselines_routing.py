@@ -1,4 +1,4 @@
-"""Routing baselines (DESIGN 5) on hand-built router views with hand-computed answers."""
+"""Routing baselines (docs/architecture.md) on hand-built router views with hand-computed answers."""
 
 from __future__ import annotations
 

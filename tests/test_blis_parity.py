@@ -42,7 +42,7 @@ def test_blis_engine_preset():
 
 
 def test_lone_request_ttft_through_the_simulator():
-    """DESIGN 3.3: a0 + one 2,048-token prefill iteration + a2 = 36.88 ms."""
+    """docs/architecture.md: a0 + one 2,048-token prefill iteration + a2 = 36.88 ms."""
     sim = _lone_request({})
     ttft_ms = (sim.table.first_token_t[0] - sim.table.arrival[0]) * 1e3
     assert ttft_ms == pytest.approx(15.5632 + 21.274 + 0.04591, abs=0.01)

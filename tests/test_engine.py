@@ -1,4 +1,4 @@
-"""Hand-computed engine cases (DESIGN 3.1-3.2) with a linear step-time model.
+"""Hand-computed engine cases (docs/architecture.md) with a linear step-time model.
 
 Coefficients are chosen for easy arithmetic: step = 5000 + 10 x prefill tokens
 + 100 x decode requests (us); 1000 us from arrival to schedulable.

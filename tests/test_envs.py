@@ -1,4 +1,4 @@
-"""Gymnasium environments (DESIGN 7): API conformance, vector parity, reward accounting."""
+"""Gymnasium environments (docs/environments.md): API conformance, vector parity, reward accounting."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def test_native_vector_matches_single_envs(env_id):
 
 # ============================================================================ reward accounting
 def _weighted_ttft_sum(sim, penalty: float, t_end: float) -> float:
-    """Independent closed form: sum over arrived requests of w * T (DESIGN 7 / env docs)."""
+    """Independent closed form: sum over arrived requests of w * T (docs/environments.md / env docs)."""
     tb = sim.table
     n = sim.arrived
     total = 0.0

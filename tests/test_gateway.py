@@ -1,4 +1,4 @@
-"""The gateway's dispatch loop (DESIGN 4) and routing through the simulator (DESIGN 5)."""
+"""The gateway's dispatch loop (docs/architecture.md) and routing through the simulator (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def test_unknown_names_list_known_ones():
         make_latency_model("roofline", tp=3)  # 40 heads do not split 3 ways
 
 
-# --- KV capacity (DESIGN 3.2) --------------------------------------------------------------
+# --- KV capacity (docs/architecture.md) --------------------------------------------------------------
 def test_kv_capacity_reproduces_blis():
     # BLIS sim/latency/kv_capacity.go: 80 GiB x 0.9 - 14.77e9 x 2 B weights - 5.5 GiB activation
     # - 0.15 GiB non-torch = 38.84 GiB; / (160 KiB per token x 16) = 15,909.6 blocks.
@@ -116,7 +116,7 @@ def test_kv_capacity_reproduces_blis():
         kv_capacity_blocks("H100", "qwen3-14b", gpu_memory_utilization=0.3)
 
 
-# --- BLIS trained-physics (DESIGN 3.3) --------------------------------------------------------
+# --- BLIS trained-physics (docs/architecture.md) --------------------------------------------------------
 def test_trained_physics_prefill_and_lone_request_ttft():
     m = make_latency_model("blis-trained-physics", "H100", "qwen3-14b")
     prefill = m.step_time_us(np.array([2048]), np.array([2048]), 0, 0)
@@ -234,7 +234,7 @@ def test_empty_batches_are_accepted(kind, hw, model, tp):
     assert m.floor_us(EMPTY, EMPTY, 0, 0) == 0.0
 
 
-# --- physical floor (DESIGN 3.3) ------------------------------------------------------------------
+# --- physical floor (docs/architecture.md) ------------------------------------------------------------------
 def _batches(capacity_tokens: int):
     """Prefill-only, decode-only and mixed batches that fit ``capacity_tokens`` of KV,
     decode contexts up to 1,024 tokens per request."""
@@ -268,7 +268,7 @@ def test_roofline_respects_the_floor(hw, model, tp):
 
 
 def test_trained_physics_breaks_the_floor_on_prefill():
-    # DESIGN 3.3: a 2,048-token Qwen3-14B prefill needs ~5.6e13 FLOPs (>= 56 ms at the
+    # docs/architecture.md: a 2,048-token Qwen3-14B prefill needs ~5.6e13 FLOPs (>= 56 ms at the
     # H100's dense peak) but trained-physics prices it at 21.3 ms.
     m = make_latency_model("blis-trained-physics")
     t = np.array([2048])

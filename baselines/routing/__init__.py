@@ -1,4 +1,4 @@
-"""Routing policies (DESIGN 5), one module per family, registered on import.
+"""Routing policies (docs/architecture.md), one module per family, registered on import.
 
 Shared helpers: :mod:`.pick` (tie-breaking and normalization), :mod:`.prefix_index`
 (router-side block LRU), :mod:`.ledger` (router-side token counts), :mod:`.predict`

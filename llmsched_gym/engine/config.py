@@ -45,7 +45,7 @@ class EngineConfig:
 
     @classmethod
     def blis(cls, **overrides) -> "EngineConfig":
-        """BLIS's engine defaults (DESIGN 3.3): 16-token blocks, ``max_num_seqs`` 256,
+        """BLIS's engine defaults (docs/architecture.md): 16-token blocks, ``max_num_seqs`` 256,
         ``max_num_batched_tokens`` 2048, no long-prefill threshold (a prompt is chunked
         only by the token budget). KV capacity comes from ``ClusterConfig``
         (``gpu_memory_utilization`` 0.9: 15,909 blocks for Qwen3-14B on one H100)."""

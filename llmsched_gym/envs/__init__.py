@@ -1,4 +1,4 @@
-"""Gymnasium environments (DESIGN 7), registered on ``import llmsched_gym``:
+"""Gymnasium environments (docs/environments.md), registered on ``import llmsched_gym``:
 
 * ``llmsched/Routing-v0`` (:class:`RoutingEnv`): one step per dispatched request.
 * ``llmsched/FlowControl-v0`` (:class:`FlowControlEnv`): per-band usage limits every interval.

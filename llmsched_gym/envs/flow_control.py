@@ -11,7 +11,7 @@ class FlowControlEnv(LLMSchedEnv):
     ## Description
 
     An LLM serving cluster behind an llm-d-style gateway whose band queues are
-    dispatched by flow control (DESIGN 4): every dispatch cycle sends the head of the
+    dispatched by flow control (docs/architecture.md): every dispatch cycle sends the head of the
     highest-priority non-empty band, unless the cluster's saturation is at or above
     that band's ceiling. The agent sets the ceilings once per control interval
     (``control_interval``, default 100 ms of simulated time); routing and admission are

@@ -13,7 +13,7 @@ class RoutingEnv(LLMSchedEnv):
     ## Description
 
     An LLM serving cluster behind an llm-d-style gateway (admission, priority band
-    queues, routing, vLLM-like instances; DESIGN 2-4). The agent is the router: each
+    queues, routing, vLLM-like instances; docs/architecture.md). The agent is the router: each
     step is one request leaving the gateway, and the agent picks the instance that
     serves it. Admission and flow control are fixed baselines (default: always admit,
     no flow control, so every request is routed on arrival).
