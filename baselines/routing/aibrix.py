@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmsched_gym.engine import layout
 from llmsched_gym.policy import RoutingPolicy, register_policy
 from llmsched_gym.view import RequestInfo, RouterView
 
@@ -45,3 +46,6 @@ class AIBrixRouter(RoutingPolicy):
         candidates = np.flatnonzero(keep)
         order = np.lexsort((candidates, load[candidates], -share[candidates]))
         return int(candidates[order[0]])
+
+    def compiled_form(self):
+        return layout.ROUTER_AIBRIX, (self.imbalance, self.std_factor)

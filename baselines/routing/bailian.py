@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmsched_gym.engine import layout
 from llmsched_gym.errors import ConfigError, check_nonnegative
 from llmsched_gym.policy import RoutingPolicy, register_policy
 from llmsched_gym.view import RequestInfo, RouterView
@@ -39,6 +40,9 @@ class BailianRouter(RoutingPolicy):
 
     def route(self, request: RequestInfo, view: RouterView) -> int:
         return argmin_lowest(self.scores(request, view))
+
+    def compiled_form(self):
+        return layout.ROUTER_BAILIAN, (self.lam,)
 
 
 @register_policy("bailian-sampling")

@@ -164,6 +164,8 @@ from .layout import (
     RI_SCHEDULED,
     RI_UNIT0,
     RI_UNIT1,
+    ROUTER_AIBRIX,
+    ROUTER_BAILIAN,
     ROUTER_JSQ,
     ROUTER_LEAST_TOKENS,
     ROUTER_LLMD,
@@ -916,6 +918,8 @@ def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, wi
         return np.argmin(inst_f[IF_LT_TOKENS, i0:i1])
     if kind == ROUTER_LMETRIC:
         return _route_lmetric(req_i, inst_i, unit_i, ent, clu_i, clu_f, win_t, win_c, ccount, c, r)
+    if kind == ROUTER_BAILIAN or kind == ROUTER_AIBRIX:
+        return _route_cache_aware(req_i, inst_i, unit_i, ent, clu_i, clu_f, rng, c, r, kind)
     # ROUTER_LLMD: weighted scorers (queue, KV utilization, approximate prefix), max wins
     q_min = q_max = float(inst_i[II_SCR_WAITING, i0])
     for g in range(i0 + 1, i1):
@@ -954,6 +958,47 @@ def _route_lmetric(req_i, inst_i, unit_i, ent, clu_i, clu_f, win_t, win_c, ccoun
             if hits[i] > 0:
                 score[i] = np.inf
     return np.argmin(score)
+
+
+@njit(cache=True)
+def _route_cache_aware(req_i, inst_i, unit_i, ent, clu_i, clu_f, rng, c, r, kind):
+    """Bailian (``lam (1 - hit) + (1 - lam) norm(in flight)``, lowest index on ties) and
+    AIBrix (least-request when imbalanced, else the best prefix share among instances
+    loaded at most mean + std_factor x std); baselines/routing/bailian.py, aibrix.py."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n = i1 - i0
+    inp = req_i[RI_INPUT, r]
+    load = np.empty(n)
+    for i in range(n):
+        load[i] = float(inst_i[II_INFLIGHT, i0 + i])
+    lo, hi = load.min(), load.max()
+    if kind == ROUTER_AIBRIX and hi - lo > clu_f[CF_R0, c]:
+        return _argmin_random(load, rng)
+    share = np.zeros(n)
+    if inp > 0:
+        for i in range(n):
+            share[i] = cached_tokens(req_i, unit_i, inst_i, ent, i0 + i, r) / inp
+    if kind == ROUTER_BAILIAN:
+        lam = clu_f[CF_R0, c]
+        score = np.empty(n)
+        for i in range(n):
+            norm = 0.0 if hi - lo == 0 else (load[i] - lo) / (hi - lo)
+            score[i] = lam * (1.0 - share[i]) + (1.0 - lam) * norm
+        return np.argmin(score)
+    # AIBrix: numpy's mean and (two-pass) standard deviation, in its summation order
+    mean = pairwise_sum(load, 0, n) / n
+    dev = np.empty(n)
+    for i in range(n):
+        dev[i] = (load[i] - mean) * (load[i] - mean)
+    limit = mean + clu_f[CF_R1, c] * np.sqrt(pairwise_sum(dev, 0, n) / n)
+    best = -1
+    for i in range(n):
+        if load[i] <= limit and share[i] > 0:
+            if best < 0 or share[i] > share[best] or (share[i] == share[best] and load[i] < load[best]):
+                best = i
+    if best < 0:
+        return _argmin_random(load, rng)
+    return best
 
 
 @njit(cache=True)
