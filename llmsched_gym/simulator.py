@@ -53,6 +53,7 @@ from .engine.layout import (
     ROUTER_LLMD,
     ROUTER_LMETRIC,
     ROUTER_PY,
+    ROUTER_SGLANG,
     ST_ADMIT,
     ST_ROUTE,
     ST_TIME,
@@ -212,6 +213,8 @@ class Simulator:
         self._codes = lower_policies(self.router, self.flow, self.admission)
         if self._codes.router == ROUTER_LLMD:  # its approximate prefix index runs in the kernel
             self.inputs.router_block_keys = (self.router.block_tokens, self.router.max_prefix_blocks)
+        if self._codes.router == ROUTER_SGLANG:  # so does its cache tree
+            self.inputs.router_block_keys = (self.router.block_tokens, 0)
         if self._codes.router == ROUTER_LMETRIC and self.router.detector:  # so does its hotspot detector
             st = self.router._settings
             self.inputs.prefix_classes = (st["prefix_blocks"], st["block_tokens"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmsched_gym.engine import layout
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.policy import RoutingPolicy, register_policy
 from llmsched_gym.view import RequestInfo, RouterView
@@ -54,3 +55,6 @@ class DynamoRouter(RoutingPolicy):
         logits = -range_normalize(cost) / self.temperature
         p = np.exp(logits - logits.max())
         return int(view.rng.choice(view.num_instances, p=p / p.sum()))
+
+    def compiled_form(self):  # the softmax draw (temperature > 0) stays in Python
+        return (layout.ROUTER_DYNAMO, (self.prefill_weight,)) if self.temperature == 0 else (layout.ROUTER_PY, ())

@@ -166,6 +166,7 @@ from .layout import (
     RI_UNIT1,
     ROUTER_AIBRIX,
     ROUTER_BAILIAN,
+    ROUTER_DYNAMO,
     ROUTER_JSQ,
     ROUTER_LEAST_TOKENS,
     ROUTER_LLMD,
@@ -173,6 +174,7 @@ from .layout import (
     ROUTER_PY,
     ROUTER_RANDOM,
     ROUTER_ROUND_ROBIN,
+    ROUTER_SGLANG,
     ROUTER_VLLM_DP,
     RUN_COMP,
     RUN_DECODE,
@@ -920,6 +922,10 @@ def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, wi
         return _route_lmetric(req_i, inst_i, unit_i, ent, clu_i, clu_f, win_t, win_c, ccount, c, r)
     if kind == ROUTER_BAILIAN or kind == ROUTER_AIBRIX:
         return _route_cache_aware(req_i, inst_i, unit_i, ent, clu_i, clu_f, rng, c, r, kind)
+    if kind == ROUTER_DYNAMO:
+        return _route_dynamo(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r)
+    if kind == ROUTER_SGLANG:
+        return _route_sglang(req_i, inst_i, unit_i, ent, clu_i, clu_f, c, r)
     # ROUTER_LLMD: weighted scorers (queue, KV utilization, approximate prefix), max wins
     q_min = q_max = float(inst_i[II_SCR_WAITING, i0])
     for g in range(i0 + 1, i1):
@@ -999,6 +1005,47 @@ def _route_cache_aware(req_i, inst_i, unit_i, ent, clu_i, clu_f, rng, c, r, kind
     if best < 0:
         return _argmin_random(load, rng)
     return best
+
+
+@njit(cache=True)
+def _route_dynamo(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r):
+    """Dynamo (temperature 0): min ``w x prefill_blocks + decode_blocks``, random ties
+    (baselines/routing/dynamo.py)."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n = i1 - i0
+    bs = clu_i[CI_BS, c]
+    inp = req_i[RI_INPUT, r]
+    cost = np.empty(n)
+    for i in range(n):
+        g = i0 + i
+        hit = cached_tokens(req_i, unit_i, inst_i, ent, g, r)
+        prefill = (inst_i[II_QPREFILL, g] + inp - hit) / bs
+        decode = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] + (_cdiv(inp, bs) - hit // bs)
+        cost[i] = clu_f[CF_R0, c] * prefill + decode
+    return _argmin_random(cost, rng)
+
+
+@njit(cache=True)
+def _route_sglang(req_i, inst_i, unit_i, ent, clu_i, clu_f, c, r):
+    """SGLang cache-aware: least load when imbalanced, else the deepest precise match if its
+    rate beats the threshold, else the smallest router-side cache tree; lowest-index ties
+    (baselines/routing/sglang.py; the tree is the block-key index ``ix``)."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n = i1 - i0
+    lo = hi = inst_i[II_INFLIGHT, i0]
+    for g in range(i0 + 1, i1):
+        lo, hi = min(lo, inst_i[II_INFLIGHT, g]), max(hi, inst_i[II_INFLIGHT, g])
+    if hi - lo > clu_f[CF_R0, c] and hi > clu_f[CF_R1, c] * lo:
+        return np.argmin(inst_i[II_INFLIGHT, i0:i1])
+    inp = req_i[RI_INPUT, r]
+    hits = np.empty(n, np.int64)
+    best_rate = 0.0
+    for i in range(n):
+        hits[i] = cached_tokens(req_i, unit_i, inst_i, ent, i0 + i, r)
+        best_rate = max(best_rate, hits[i] / inp if inp > 0 else 0.0)
+    if best_rate > clu_f[CF_R2, c]:
+        return np.argmax(hits)
+    return np.argmin(inst_i[II_IX_COUNT, i0:i1])
 
 
 @njit(cache=True)
@@ -1128,7 +1175,7 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
         sent = req_i[RI_INPUT, r] + clu_f[CF_EXP_OUT, c]
         req_f[RF_SENT, r] = sent
         inst_f[IF_LT_TOKENS, g] += sent
-    elif clu_i[CI_ROUTER, c] == ROUTER_LLMD:
+    elif clu_i[CI_ROUTER, c] == ROUTER_LLMD or clu_i[CI_ROUTER, c] == ROUTER_SGLANG:
         _ix_insert(req_i, inst_i, clu_f, bkey, ix, c, g, r)
     inst_i[II_PENDING, g] += 1
     _heap_push(heap_t, heap_r, clu_i, c, now + req_f[RF_DELAY, r], r)
