@@ -102,3 +102,7 @@ class ProbabilisticAdmission(AdmissionPolicy):
         if p >= 1.0:
             return False
         return bool(view.rng.random() >= p)
+
+    def compiled_form(self):
+        return layout.ADMIT_PROBABILISTIC, (self.k, self.power, self.queue_depth_threshold,
+                                            self.kv_cache_util_threshold)

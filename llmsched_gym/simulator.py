@@ -21,6 +21,9 @@ from .engine.layout import (
     BQ_HEAD,
     BQ_LEN,
     CF_A0,
+    CF_A1,
+    CF_A2,
+    CF_A3,
     CF_F0,
     CF_NEXT_CYCLE,
     CF_NOW,
@@ -230,8 +233,8 @@ class Simulator:
             cf[row, c] = v
         for k, v in enumerate(codes.flow_params):
             cf[CF_F0 + k, c] = v
-        for k, v in enumerate(codes.admission_params):
-            cf[CF_A0 + k, c] = v
+        for row, v in zip((CF_A0, CF_A1, CF_A2, CF_A3), codes.admission_params):
+            cf[row, c] = v
         self._python_router = codes.router == ROUTER_PY and not self.external_router
         I = self.cluster.instances
         self.view = RouterView(

@@ -139,8 +139,12 @@ def test_probabilistic_admitter_default_matches_the_gateway_saturation():
     # Default thresholds: the admitter's saturation is the gateway's, bit for bit, so
     # runs with the default admitter are unchanged.
     import llmsched_gym
+    from baselines.admission import ProbabilisticAdmission
 
-    policy = make_policy("probabilistic")
+    class Traced(ProbabilisticAdmission):  # runs in Python, so its calls can be observed
+        pass                                # (the compiled admitter is checked by tests/golden)
+
+    policy = Traced()
     seen = []
     real = policy.saturation
     policy.saturation = lambda view: seen.append((real(view), view.saturation)) or seen[-1][0]

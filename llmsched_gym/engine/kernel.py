@@ -34,6 +34,8 @@ from .layout import (
     BQ_TAIL,
     CF_A0,
     CF_A1,
+    CF_A2,
+    CF_A3,
     CF_DISP_INT,
     CF_EXP_OUT,
     CF_F0,
@@ -1206,9 +1208,16 @@ def _admit(req_i, inst_i, inst_f, clu_i, clu_f, aprob, rng, c, r):
     if kind == ADMIT_LEGACY:
         return req_i[RI_PRIORITY, r] >= 0 or s < 1.0
     if kind == ADMIT_PROBABILISTIC:
+        # llm-d's probabilistic admitter on its own roofline saturation of the scraped
+        # metrics, mean(max(waiting / q, kv / kv_threshold)) (no staleness rule).
         if req_i[RI_PRIORITY, r] >= 0:
             return True
-        p = min(clu_f[CF_A0, c] * max(s, 0.0) ** clu_f[CF_A1, c], 1.0)
+        i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+        per = np.empty(i1 - i0)
+        for g in range(i0, i1):
+            per[g - i0] = max(inst_i[II_SCR_WAITING, g] / clu_f[CF_A2, c], inst_f[IF_SCR_KV, g] / clu_f[CF_A3, c])
+        own = pairwise_sum(per, 0, i1 - i0) / (i1 - i0)
+        p = min(clu_f[CF_A0, c] * max(own, 0.0) ** clu_f[CF_A1, c], 1.0)
         if p <= 0.0:
             return True
         if p >= 1.0:

@@ -50,8 +50,8 @@ N_CI = 32  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` 
 # Clusters, float64 ``clu_f[field, c]``; P0.. are the compiled policies' parameters.
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
  CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3,
- CF_SAT_QUEUE, CF_SAT_KV, CF_SAT_STALE, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK) = range(24)
-N_CF = 24  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.saturation)
+ CF_SAT_QUEUE, CF_SAT_KV, CF_SAT_STALE, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK, CF_A2, CF_A3) = range(26)
+N_CF = 26  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.saturation)
 # The llm-d router's block-key index entries, int64 ``ix[field, e]``: instance g's entry
 # for dense key k is II_IX0[g] + k.
 IX_PRESENT, IX_PREV, IX_NEXT = range(3)
