@@ -26,6 +26,7 @@ from .layout import (
     CF_FT_DELAY,
     CF_HORIZON,
     CF_NEXT_CYCLE,
+    CF_NOW,
     CF_SAT_KV,
     CF_SAT_MAX_REQ,
     CF_SAT_MAX_TOK,
@@ -426,4 +427,4 @@ class EngineState:
         """Referenced KV blocks per instance of cluster ``c`` now."""
         i0, i1 = self.inst_off[c], self.inst_off[c + 1]
         return np.array([kernel.kv_used_at(self.run, self.inst_i, self.seg, g, int(self.clu_i[CI_BS, c]),
-                                           float(self.clu_f[0, c])) for g in range(i0, i1)], np.int64)
+                                           float(self.clu_f[CF_NOW, c])) for g in range(i0, i1)], np.int64)
