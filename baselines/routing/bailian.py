@@ -89,3 +89,6 @@ class BailianSamplingRouter(RoutingPolicy):
 
     def on_finish(self, request_id: int, instance: int) -> None:
         self._ledger.remove(request_id, instance)
+
+    def compiled_form(self):  # its token ledger is the engine's (as least-tokens')
+        return layout.ROUTER_BAILIAN_SAMPLING, (self.a, self.b, self.c)

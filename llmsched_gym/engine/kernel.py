@@ -168,6 +168,7 @@ from .layout import (
     RI_UNIT1,
     ROUTER_AIBRIX,
     ROUTER_BAILIAN,
+    ROUTER_BAILIAN_SAMPLING,
     ROUTER_DYNAMO,
     ROUTER_JSQ,
     ROUTER_LEAST_TOKENS,
@@ -783,7 +784,7 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
             req_i[RI_PREFILL_EST, r] = 0
             clu_i[CI_ACTIVE, c] -= 1
             _final(req_i, req_f, r, fin, FINISHED)
-            if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS:
+            if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING:
                 inst_f[IF_LT_TOKENS, g] -= req_f[RF_SENT, r]
             if clu_i[CI_LOG_FINISH, c]:
                 log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
@@ -928,6 +929,8 @@ def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, wi
         return _route_dynamo(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r)
     if kind == ROUTER_SGLANG:
         return _route_sglang(req_i, inst_i, unit_i, ent, clu_i, clu_f, c, r)
+    if kind == ROUTER_BAILIAN_SAMPLING:
+        return _route_bailian_sampling(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r)
     # ROUTER_LLMD: weighted scorers (queue, KV utilization, approximate prefix), max wins
     q_min = q_max = float(inst_i[II_SCR_WAITING, i0])
     for g in range(i0 + 1, i1):
@@ -1048,6 +1051,39 @@ def _route_sglang(req_i, inst_i, unit_i, ent, clu_i, clu_f, c, r):
     if best_rate > clu_f[CF_R2, c]:
         return np.argmax(hits)
     return np.argmin(inst_i[II_IX_COUNT, i0:i1])
+
+
+@njit(cache=True)
+def _range_normalize(x, equal):
+    lo, hi = x.min(), x.max()
+    if hi - lo == 0:
+        return np.full(len(x), equal)
+    return (x - lo) / (hi - lo)
+
+
+@njit(cache=True)
+def _route_bailian_sampling(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r):
+    """Bailian weighted sampling: ``w = a norm(hit) + b (1 - norm(in flight)) + c (1 -
+    norm(in-flight tokens))``, drawn as ``rng.choice(n, p=w / sum(w))`` does
+    (baselines/routing/bailian.py)."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n = i1 - i0
+    inp = req_i[RI_INPUT, r]
+    hit = np.zeros(n)
+    busy = np.empty(n)
+    for i in range(n):
+        g = i0 + i
+        if inp > 0:
+            hit[i] = cached_tokens(req_i, unit_i, inst_i, ent, g, r) / inp
+        busy[i] = float(inst_i[II_INFLIGHT, g])
+    w = (clu_f[CF_R0, c] * _range_normalize(hit, 1.0) + clu_f[CF_R1, c] * (1.0 - _range_normalize(busy, 0.0))
+         + clu_f[CF_R2, c] * (1.0 - _range_normalize(inst_f[IF_LT_TOKENS, i0:i1].copy(), 0.0)))
+    total = pairwise_sum(w, 0, n)
+    if total <= 0:
+        return rng.integers(0, n)
+    cdf = np.cumsum(w / total)
+    cdf = cdf / cdf[-1]
+    return np.searchsorted(cdf, rng.random(), side="right")
 
 
 @njit(cache=True)
@@ -1173,7 +1209,7 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
     req_i[RI_PREFILL_EST, r] = est
     inst_i[II_QPREFILL, g] += est
     inst_i[II_INFLIGHT, g] += 1
-    if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS:
+    if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING:
         sent = req_i[RI_INPUT, r] + clu_f[CF_EXP_OUT, c]
         req_f[RF_SENT, r] = sent
         inst_f[IF_LT_TOKENS, g] += sent
