@@ -77,13 +77,24 @@ def test_azure_reference_statistics(name, requests, in_mean, out_mean, rate):
 
 
 def test_loaders_are_fast():
-    for path, loader in [
-        (trace_path("mooncake", "conversation_trace.jsonl"), load_mooncake),
-        (trace_path("azure_llm_2023", "AzureLLMInferenceTrace_conv.csv"), load_azure),
+    """A loader costs at most a few times parsing its file's lines (a ratio measured in one
+    run: machines here are shared, so no absolute times)."""
+    import json
+
+    def parse_lines(path, jsonl):
+        with open(path) as f:
+            return [json.loads(ln) if jsonl else ln.split(",") for ln in f if ln.strip()]
+
+    for path, loader, jsonl in [
+        (trace_path("mooncake", "conversation_trace.jsonl"), load_mooncake, True),
+        (trace_path("azure_llm_2023", "AzureLLMInferenceTrace_conv.csv"), load_azure, False),
     ]:
         t = time.perf_counter()
+        parse_lines(path, jsonl)
+        base = time.perf_counter() - t
+        t = time.perf_counter()
         loader(path)
-        assert time.perf_counter() - t < 0.5
+        assert time.perf_counter() - t < 6 * base + 0.05
 
 
 def test_blis_trace():
