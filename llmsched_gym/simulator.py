@@ -513,7 +513,8 @@ class SimulatorBatch:
             if not served.any():
                 break
             active = served
-        for c in clusters:
+        logged = np.asarray(clusters)[ci[CI_LOG_LEN, clusters] > 0]  # routers owed finish hooks
+        for c in logged.tolist():
             sims[c]._replay_finishes()
         return [STATUS_NAMES[ci[CI_STATUS, c]] for c in clusters]
 

@@ -89,12 +89,16 @@ def test_loaders_are_fast():
         (trace_path("mooncake", "conversation_trace.jsonl"), load_mooncake, True),
         (trace_path("azure_llm_2023", "AzureLLMInferenceTrace_conv.csv"), load_azure, False),
     ]:
-        t = time.perf_counter()
-        parse_lines(path, jsonl)
-        base = time.perf_counter() - t
-        t = time.perf_counter()
-        loader(path)
-        assert time.perf_counter() - t < 6 * base + 0.05
+        def best(f):  # best of 3: a busy machine only ever makes a run slower
+            times = []
+            for _ in range(3):
+                t = time.perf_counter()
+                f()
+                times.append(time.perf_counter() - t)
+            return min(times)
+
+        base = best(lambda p=path, j=jsonl: parse_lines(p, j))
+        assert best(lambda p=path, f=loader: f(p)) < 6 * base + 0.05
 
 
 def test_blis_trace():
