@@ -14,7 +14,7 @@ the same policy interface as every baseline, so ``llmsched-gym compare --policie
 Observation: the policy builds *exactly* the environment's observation by running the
 environment's own code (``llmsched_gym.envs.core``: ``Driver.write_obs``, the driver's
 ``_extra_obs`` and ``normalize_obs``) on a stand-in for the simulator that answers
-from the :class:`~llmsched_gym.view.RouterView` the policy is handed (and the request
+from the :class:`~llmsched_gym.gateway.view.RouterView` the policy is handed (and the request
 being routed), then applies the saved ``VecNormalize`` statistics. Actions are
 deterministic (the mode of the policy distribution).
 
@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.policy import RoutingPolicy, UsageLimitPolicy, register_policy
+from llmsched_gym.gateway.policy import RoutingPolicy, UsageLimitPolicy, register_policy
 
 _CACHE: dict = {}
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from llmsched_gym.engine import layout
 from llmsched_gym.errors import check_nonnegative
-from llmsched_gym.policy import AdmissionPolicy, register_policy
-from llmsched_gym.saturation import utilization_scores
-from llmsched_gym.view import RequestInfo, RouterView
+from llmsched_gym.gateway.policy import AdmissionPolicy, register_policy
+from llmsched_gym.gateway.saturation import utilization_scores
+from llmsched_gym.gateway.view import RequestInfo, RouterView
 
 
 @register_policy("always-admit")

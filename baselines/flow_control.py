@@ -14,7 +14,7 @@ import numpy as np
 
 from llmsched_gym.engine import layout
 from llmsched_gym.errors import ConfigError, check_nonnegative
-from llmsched_gym.policy import UsageLimitPolicy, register_policy
+from llmsched_gym.gateway.policy import UsageLimitPolicy, register_policy
 
 
 @register_policy("static-usage-limit")

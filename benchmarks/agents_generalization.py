@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_agents as T  # noqa: E402
 
-from llmsched_gym.evaluation import evaluate  # noqa: E402
+from llmsched_gym.evaluation.harness import evaluate  # noqa: E402
 
 
 def table(rows, scenario, point_rate, labels, groups, seeds, metric="ttft_mean"):

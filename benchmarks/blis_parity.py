@@ -31,7 +31,7 @@ import numpy as np
 
 from llmsched_gym.engine import EngineConfig
 from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
-from llmsched_gym.traces import load_blis_trace
+from llmsched_gym.workloads.traces import load_blis_trace
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACE_DIR = REPO.parent / "shared" / "traces" / "blis"
@@ -159,7 +159,7 @@ def load_summary(sim, ours: dict) -> str:
 
 def step_facts() -> str:
     """Step times that explain the roofline differences (Qwen3-14B, H100)."""
-    from llmsched_gym.latency import make_latency_model
+    from llmsched_gym.engine.latency import make_latency_model
 
     ours = make_latency_model("roofline", "H100", "qwen3-14b")
     blis = make_latency_model("blis-roofline", "H100", "qwen3-14b")

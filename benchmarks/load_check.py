@@ -32,7 +32,7 @@ from llmsched_gym.engine import EngineConfig  # noqa: E402
 from llmsched_gym.errors import ConfigError  # noqa: E402
 from llmsched_gym.scenarios import Scenario, list_scenarios, make_scenario  # noqa: E402
 from llmsched_gym.simulator import ClusterConfig, GatewayConfig  # noqa: E402
-from llmsched_gym.synthetic import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec  # noqa: E402
+from llmsched_gym.workloads.synthetic import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec  # noqa: E402
 
 LOADS = (0.1, 0.5, 0.8, 1.2)
 

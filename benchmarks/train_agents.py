@@ -118,7 +118,7 @@ def train_runs(cfg: dict, seeds: list[int], timesteps: int, root: Path) -> dict:
 
 # ====================================================================== evaluation
 def evaluate_study(name: str, cfg: dict, seeds: list[int], eval_seeds: list[int], root: Path, workers: int) -> dict:
-    from llmsched_gym.evaluation import evaluate
+    from llmsched_gym.evaluation.harness import evaluate
 
     role = cfg["role"]
     pols = list(cfg["baselines"])

@@ -7,9 +7,9 @@
 from . import envs  # noqa: F401  (registers the gymnasium environments)
 from .engine import EngineConfig
 from .errors import ConfigError, PolicyError, TraceFormatError
-from .evaluation import evaluate
-from .metrics import summarize
-from .policy import (
+from .evaluation.harness import evaluate
+from .evaluation.metrics import summarize
+from .gateway.policy import (
     AdmissionPolicy,
     RoutingPolicy,
     UsageLimitPolicy,
@@ -26,7 +26,7 @@ from .scenarios import (
     register_scenario,
 )
 from .simulator import ClusterConfig, GatewayConfig, Simulator, SimulatorBatch, simulate_batch
-from .workload import Workload
+from .workloads.workload import Workload
 
 __version__ = "0.1.0"
 __all__ = [

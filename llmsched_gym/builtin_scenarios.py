@@ -21,7 +21,7 @@ from __future__ import annotations
 from .engine import EngineConfig
 from .scenarios import Scenario, TraceSource, register_scenario
 from .simulator import ClusterConfig, GatewayConfig
-from .synthetic import ArrivalSpec, ClassSpec, LengthSpec, PrefixSpec, WorkloadSpec
+from .workloads.synthetic import ArrivalSpec, ClassSpec, LengthSpec, PrefixSpec, WorkloadSpec
 
 
 def _lognormal(mean: float, std: float, lo: int = 1, hi: int | None = None) -> LengthSpec:

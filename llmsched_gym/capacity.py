@@ -212,7 +212,7 @@ def _check(scenario, qps: float, seed: int, window: float) -> tuple[SteadyState,
     growth = _lsq_growth(grid, waiting)
     limit = TOLERANCE * offered + sc.cluster.instances
     stable = bool(delivered >= 1.0 - TOLERANCE and growth <= limit)
-    from .metrics import request_records
+    from .evaluation.metrics import request_records
 
     ttft = request_records(tab, t1)["ttft_or_wait"]
     return SteadyState(float(qps), window, stable, offered, finished, float(delivered), growth, float(limit),

@@ -23,7 +23,7 @@ EXIT_BAD_INPUT = 2
 def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     src = p.add_argument_group("workload source (a scenario or a trace)")
     src.add_argument("--scenario", help="registered scenario name or a YAML file (see `llmsched-gym scenarios`)")
-    from .traces import TRACE_FORMATS
+    from .workloads.traces import TRACE_FORMATS
 
     src.add_argument("--trace", help="trace file to replay instead of a scenario, or a name from `llmsched-gym traces list`")
     src.add_argument("--trace-format", choices=list(TRACE_FORMATS),
@@ -116,7 +116,7 @@ def scenario_from_args(args) -> "object":
     if args.trace:
         path, fmt = Path(args.trace), args.trace_format
         if not path.is_file():
-            from .trace_registry import TRACES, locate  # a trace by name (`llmsched-gym traces list`)
+            from .workloads.trace_registry import TRACES, locate  # a trace by name (`llmsched-gym traces list`)
 
             found = locate(args.trace)
             if found is None:
@@ -147,14 +147,14 @@ def policy_overrides(args) -> dict:
         if v is not None:
             out[key] = None if key == "flow_control" and v.strip().lower() == "none" else v
     if getattr(args, "epp_config", None) is not None:  # run --epp-config FILE (llmsched_gym/epp.py)
-        from .epp import epp_overrides
+        from .gateway.epp import epp_overrides
 
         out = epp_overrides(args.epp_config, out)
     return out
 
 
 def _validate_policies(overrides: dict) -> None:
-    from .policy import make_policy
+    from .gateway.policy import make_policy
 
     for key, role in (("router", "routing"), ("admission", "admission"), ("flow_control", "usage-limit")):
         if overrides.get(key) is not None:
@@ -162,7 +162,7 @@ def _validate_policies(overrides: dict) -> None:
 
 
 def cmd_run(args) -> int:
-    from .metrics import summarize
+    from .evaluation.metrics import summarize
     from .validation import check_output_file
 
     check_flags(args, ["--seed", "--seeds"])
@@ -242,7 +242,7 @@ def cmd_scenarios(args) -> int:
 
 
 def _describe(sc, seed: int) -> int:
-    from .workload import class_name
+    from .workloads.workload import class_name
 
     qps = sc.target_qps()
     w = sc.build_workload(seed)
@@ -272,7 +272,7 @@ def _describe(sc, seed: int) -> int:
 
 
 def cmd_policies(args) -> int:
-    from .policy import list_policies, policy_parameters
+    from .gateway.policy import list_policies, policy_parameters
 
     for role in ("routing", "usage-limit", "admission"):
         print(f"{role}:")
@@ -314,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Subcommands of other modules and packages (``train`` comes from agents/cli.py).
     plugins = [ep.value for ep in entry_points(group="llmsched_gym.commands")] or ["agents.cli"]
-    for module in ["llmsched_gym.evaluation", "llmsched_gym.epp", "llmsched_gym.trace_registry", *plugins]:
+    for module in ["llmsched_gym.evaluation.harness", "llmsched_gym.gateway.epp", "llmsched_gym.workloads.trace_registry", *plugins]:
         import_module(module).add_cli(sub)
     return parser
 

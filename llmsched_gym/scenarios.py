@@ -27,8 +27,8 @@ import yaml
 from .engine import EngineConfig
 from .errors import ConfigError, check_nonnegative
 from .simulator import ClusterConfig, GatewayConfig, Simulator
-from .synthetic import WorkloadSpec, generate
-from .workload import Workload, merge_workloads
+from .workloads.synthetic import WorkloadSpec, generate
+from .workloads.workload import Workload, merge_workloads
 
 #: Default location of the shipped public traces: ``../shared/traces`` beside the repository.
 DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -57,7 +57,7 @@ class TraceSource:
         if not p.is_absolute():
             p = Path(os.environ.get("LLMSCHED_TRACE_DIR", DEFAULT_TRACE_DIR)) / p
         if not p.exists():
-            from .trace_registry import locate  # a trace name, or a path under the download cache
+            from .workloads.trace_registry import locate  # a trace name, or a path under the download cache
 
             found = None if Path(self.path).is_absolute() else locate(self.path)
             if found is not None:
@@ -69,7 +69,7 @@ class TraceSource:
         return p
 
     def load(self) -> Workload:
-        from .traces import load_trace
+        from .workloads.traces import load_trace
 
         key = (str(self.resolve()), self.format, self.limit)
         if key not in _TRACE_CACHE:
@@ -173,7 +173,7 @@ class Scenario:
         qps = self.target_qps()
         factor = qps / self.base_rate()
         if isinstance(self.workload, TraceSource):
-            from .traces import assign_priorities
+            from .workloads.traces import assign_priorities
 
             w = self.workload.load()
             w = w.scaled(1.0 / factor) if factor != 1.0 else w
@@ -397,8 +397,8 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
     if isinstance(wl, dict) and "trace" in wl:
         _known(f"{source}.workload", wl, {"trace"})
         tr = _known(f"{source}.workload.trace", wl["trace"], {f.name for f in fields(TraceSource)})
-        from .trace_registry import TRACES
-        from .traces import TRACE_FORMATS
+        from .workloads.trace_registry import TRACES
+        from .workloads.traces import TRACE_FORMATS
 
         if "format" not in tr and tr.get("path") in TRACES:  # a trace by name carries its format
             tr = {**tr, "format": TRACES[tr["path"]].format}
@@ -412,12 +412,12 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
         workload = WorkloadSpec.from_dict(wl, f"{source}.workload")
     gw = d.get("gateway", {}) or {}
     if isinstance(gw, dict) and "epp_config" in gw:  # an llm-d EndpointPickerConfig (docs/epp.md)
-        from .epp import gateway_from_yaml
+        from .gateway.epp import gateway_from_yaml
 
         gw = gateway_from_yaml(gw, source)
     gw = _known(f"{source}.gateway", gw, {f.name for f in fields(GatewayConfig)} | {"epp_config"})
     gateway = _build(f"{source}.gateway", GatewayConfig, gw)
-    from .policy import make_policy
+    from .gateway.policy import make_policy
 
     for role, key in (("routing", "router"), ("admission", "admission"), ("usage-limit", "flow_control")):
         spec = getattr(gateway, key)

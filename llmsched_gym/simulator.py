@@ -65,11 +65,11 @@ from .engine.layout import (
 from .engine.policies import lower_policies
 from .engine.state import ClusterInputs, EngineState
 from .errors import ConfigError, PolicyError
-from .policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, make_policy
-from .requests import RequestTable
-from .saturation import SaturationConfig
-from .view import RequestInfo, RouterView
-from .workload import Workload
+from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, make_policy
+from .engine.requests import RequestTable
+from .gateway.saturation import SaturationConfig
+from .gateway.view import RequestInfo, RouterView
+from .workloads.workload import Workload
 
 EXTERNAL = "external"  # router placeholder: routing decisions are taken via Simulator.route()
 UNLIMITED_BLOCKS = 2**40
@@ -81,7 +81,7 @@ class ClusterConfig:
 
     Args:
         instances: number of model instances.
-        hardware, model, tp: presets (see ``llmsched_gym.hardware``) and tensor parallelism.
+        hardware, model, tp: presets (see ``llmsched_gym.engine.hardware``) and tensor parallelism.
         latency_model: ``linear``, ``roofline``, ``blis-trained-physics`` or
             ``blis-roofline`` (BLIS's roofline formula; for parity runs only).
         latency_params: keyword overrides for the step-time model's coefficients.
@@ -111,7 +111,7 @@ class ClusterConfig:
             self.engine = EngineConfig(**self.engine)
 
     def make_latency(self):
-        from .latency import make_latency_model
+        from .engine.latency import make_latency_model
 
         return make_latency_model(self.latency_model, hardware=self.hardware, model=self.model,
                                   tp=self.tp, **self.latency_params)
@@ -121,7 +121,7 @@ class ClusterConfig:
             return UNLIMITED_BLOCKS
         if self.kv_blocks is not None:
             return int(self.kv_blocks)
-        from .hardware import get_hardware, get_model, kv_capacity_blocks
+        from .engine.hardware import get_hardware, get_model, kv_capacity_blocks
 
         return kv_capacity_blocks(get_hardware(self.hardware), get_model(self.model), tp=self.tp,
                                   gpu_memory_utilization=self.gpu_memory_utilization,
@@ -140,7 +140,7 @@ class GatewayConfig:
         ttl_s: time a request may wait in a band queue before it expires.
         band_capacity: requests per band queue; arrivals to a full band are rejected.
         dispatch_interval_s: period of dispatch cycles while anything is queued.
-        saturation: the saturation detector (:class:`~llmsched_gym.saturation.SaturationConfig`
+        saturation: the saturation detector (:class:`~llmsched_gym.gateway.saturation.SaturationConfig`
             or a mapping with its fields or llm-d's names); default llm-d's utilization
             detector (queue depth 5, KV utilization 0.8, metrics stale after 200 ms).
     """
@@ -164,7 +164,7 @@ class Simulator:
     """One cluster serving one workload, simulated by the compiled engine.
 
     Args:
-        workload: the requests (see :class:`~llmsched_gym.workload.Workload`).
+        workload: the requests (see :class:`~llmsched_gym.workloads.workload.Workload`).
         cluster: a :class:`ClusterConfig`.
         gateway: a :class:`GatewayConfig`.
         seed: seeds the gateway's generator (policies' randomness).

@@ -345,7 +345,7 @@ def check_cluster(c, prefix: str = "cluster") -> None:
 
 def check_policy_ref(field: str, value, *, none_ok: bool = True) -> None:
     """A policy given as a name/spec string, a Policy object, or None."""
-    from .policy import Policy
+    from .gateway.policy import Policy
 
     if value is None and none_ok or isinstance(value, Policy):
         return

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmsched_gym.requests import OUTCOME_NAMES
+from llmsched_gym.engine.requests import OUTCOME_NAMES
 
 TRACES = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 

@@ -50,7 +50,7 @@ def test_train_writes_model_stats_and_metadata(routing_run):
 
 
 def test_router_builds_exactly_the_env_observation(routing_run):
-    from llmsched_gym.policy import make_policy
+    from llmsched_gym.gateway.policy import make_policy
 
     out, _ = routing_run
     pol = make_policy(f"agent:{out}", "routing")
@@ -74,7 +74,7 @@ def test_router_builds_exactly_the_env_observation(routing_run):
 
 
 def test_trained_router_through_the_evaluation_harness(routing_run):
-    from llmsched_gym.evaluation import evaluate
+    from llmsched_gym.evaluation.harness import evaluate
 
     out, _ = routing_run
     table = evaluate("chatbot", f"jsq;agent:{out}+label=agent", seeds=[7], qps=15.0,
@@ -88,8 +88,8 @@ def test_trained_router_through_the_evaluation_harness(routing_run):
 
 def test_flow_control_agent_trains_and_acts_as_usage_limit(tmp_path):
     from agents.train import train
-    from llmsched_gym.evaluation import evaluate
-    from llmsched_gym.policy import make_policy
+    from llmsched_gym.evaluation.harness import evaluate
+    from llmsched_gym.gateway.policy import make_policy
 
     train("llmsched/FlowControl-v0", ["codegen"], "sac", 200, seed=0, out=tmp_path, rate_kind="qps", rates=[8.0],
           n_envs=2, overrides={"learning_starts": 50, "batch_size": 32, "eval_duration_s": 3.0,
@@ -162,7 +162,7 @@ def test_cli_train_errors_exit_2(capsys):
 
 
 def test_agent_spec_errors():
-    from llmsched_gym.policy import make_policy
+    from llmsched_gym.gateway.policy import make_policy
 
     with pytest.raises(ConfigError):
         make_policy("agent:/nonexistent/model", "routing")
@@ -170,7 +170,7 @@ def test_agent_spec_errors():
 
 @pytest.mark.skipif(not (PRETRAINED / "routing-chatbot" / "model.zip").exists(), reason="no pretrained agent")
 def test_pretrained_agents_load_and_act():
-    from llmsched_gym.policy import make_policy
+    from llmsched_gym.gateway.policy import make_policy
 
     r = make_policy(f"agent:{PRETRAINED / 'routing-chatbot'}", "routing")
     assert r.role == "routing"
@@ -187,7 +187,7 @@ def test_reproduce_pretrained_agent(name, tmp_path):
     import shlex
     import subprocess
 
-    from llmsched_gym.evaluation import evaluate
+    from llmsched_gym.evaluation.harness import evaluate
 
     d = PRETRAINED / name
     if not (d / "REPRODUCE.json").exists():

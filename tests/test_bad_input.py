@@ -387,8 +387,8 @@ def _api_cases():
     import gymnasium as gym
 
     import llmsched_gym  # noqa: F401
-    from llmsched_gym.evaluation import evaluate
-    from llmsched_gym.policy import make_policy
+    from llmsched_gym.evaluation.harness import evaluate
+    from llmsched_gym.gateway.policy import make_policy
     from llmsched_gym.scenarios import load_scenario, make_scenario
     from llmsched_gym.simulator import ClusterConfig, GatewayConfig
 
@@ -513,7 +513,7 @@ def test_atomic_write_is_all_or_nothing(tmp_path, monkeypatch):
 _BREAK_DURING_RUN = """
 import json, shutil, sys
 from pathlib import Path
-import llmsched_gym.metrics as M
+import llmsched_gym.evaluation.metrics as M
 from llmsched_gym.cli import main
 
 out = Path(sys.argv[1])

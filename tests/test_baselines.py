@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.policy import list_policies, make_policy
-from llmsched_gym.view import RequestInfo
+from llmsched_gym.gateway.policy import list_policies, make_policy
+from llmsched_gym.gateway.view import RequestInfo
 
 SHEDDABLE, CRITICAL = -1, 0
 

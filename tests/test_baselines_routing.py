@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from llmsched_gym.policy import make_policy
-from llmsched_gym.view import RequestInfo, RouterView
+from llmsched_gym.gateway.policy import make_policy
+from llmsched_gym.gateway.view import RequestInfo, RouterView
 
 ENGINE = SimpleNamespace(block_size=16, max_num_batched_tokens=2048)
 

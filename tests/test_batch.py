@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsched_gym import ClusterConfig, EngineConfig, GatewayConfig, Simulator, simulate_batch
-from llmsched_gym.synthetic import ArrivalSpec, LengthSpec, PrefixSpec, WorkloadSpec, generate
+from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, PrefixSpec, WorkloadSpec, generate
 
 FIELDS = ("instance", "dispatch_t", "first_token_t", "finish_t", "end_t", "outcome", "prefix_hit",
           "preemptions", "generated")

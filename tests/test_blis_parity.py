@@ -18,9 +18,9 @@ import pytest
 from conftest import trace_path
 
 from llmsched_gym.engine import EngineConfig
-from llmsched_gym.latency import make_latency_model
+from llmsched_gym.engine.latency import make_latency_model
 from llmsched_gym.simulator import GatewayConfig, Simulator
-from llmsched_gym.workload import Workload
+from llmsched_gym.workloads.workload import Workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from blis_parity import blis_cluster, compare, replay  # noqa: E402

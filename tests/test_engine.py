@@ -11,9 +11,9 @@ import pytest
 from conftest import assert_accounting
 
 from llmsched_gym.engine import EngineConfig
-from llmsched_gym.metrics import summarize
+from llmsched_gym.evaluation.metrics import summarize
 from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
-from llmsched_gym.workload import Workload
+from llmsched_gym.workloads.workload import Workload
 
 COEF = dict(alpha0=1000.0, alpha1=0.0, alpha2=0.0, beta0=5000.0, beta1=10.0, beta2=100.0)
 

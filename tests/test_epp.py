@@ -11,7 +11,7 @@ import yaml
 
 from llmsched_gym import make_scenario
 from llmsched_gym.cli import main
-from llmsched_gym.epp import (
+from llmsched_gym.gateway.epp import (
     canonical_policies,
     dump_epp_config,
     epp_config_from_dict,
@@ -280,7 +280,7 @@ def test_non_default_saturation_detector():
 
 
 def test_compare_takes_epp_entries(article, tmp_path):
-    from llmsched_gym.epp import _with_epp_entries
+    from llmsched_gym.gateway.epp import _with_epp_entries
 
     class Args:
         policies = "jsq"

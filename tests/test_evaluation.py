@@ -13,8 +13,8 @@ import pytest
 import llmsched_gym
 from llmsched_gym import cli, evaluate
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.evaluation import METRIC_COLUMNS, Study, make_figures, parse_policies, parse_policy
-from llmsched_gym.stats import bootstrap_ci, paired_change, summarize_rows
+from llmsched_gym.evaluation.harness import METRIC_COLUMNS, Study, make_figures, parse_policies, parse_policy
+from llmsched_gym.evaluation.stats import bootstrap_ci, paired_change, summarize_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = {"duration_s": 20.0}
@@ -128,7 +128,7 @@ def test_evaluate_is_exported():
 
 # ---------------------------------------------------------------- figures and CLI
 def test_figures_render_with_labelled_axes(tmp_path, monkeypatch):
-    import llmsched_gym.plots as plots
+    import llmsched_gym.evaluation.plots as plots
 
     figs = []
     real_close = plots.plt.close
@@ -170,7 +170,7 @@ def test_compare_cli_writes_outputs(tmp_path, capsys):
 def test_shutting_the_sheddable_band_cannot_game_the_metrics(tmp_path, capsys):
     # A policy that never dispatches sheddable requests (they expire after the TTL) must
     # lose their SLO attainment and goodput, and must not look faster (issue 17).
-    from llmsched_gym.metrics import summarize
+    from llmsched_gym.evaluation.metrics import summarize
 
     sc = llmsched_gym.make_scenario("codegen", qps=16, duration_s=20.0)
     ref = summarize(sc.simulator(0, flow_control="static-usage-limit").run())

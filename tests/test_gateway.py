@@ -7,10 +7,10 @@ import pytest
 from conftest import assert_accounting
 
 from llmsched_gym.errors import PolicyError
-from llmsched_gym.policy import RoutingPolicy, UsageLimitPolicy, list_policies
+from llmsched_gym.gateway.policy import RoutingPolicy, UsageLimitPolicy, list_policies
 from llmsched_gym.scenarios import make_scenario
 from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
-from llmsched_gym.workload import Workload
+from llmsched_gym.workloads.workload import Workload
 
 
 class Recorder(UsageLimitPolicy):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.hardware import HARDWARE, MODELS, ModelConfig, get_hardware, get_model, kv_capacity_blocks
-from llmsched_gym.latency import (
+from llmsched_gym.engine.hardware import HARDWARE, MODELS, ModelConfig, get_hardware, get_model, kv_capacity_blocks
+from llmsched_gym.engine.latency import (
     LINEAR_PRESETS,
     LinearModel,
     RooflineModel,

@@ -36,7 +36,7 @@ def _metrics():
 def test_compare_table_names_policies_in_full_and_explains_columns():
     from rich.console import Console
 
-    from llmsched_gym.evaluation import Study, evaluate, print_study
+    from llmsched_gym.evaluation.harness import Study, evaluate, print_study
 
     long = "static-usage-limit:threshold=0.95+label=static-usage-limit-threshold-0.95"
     table = evaluate("codegen", ["static-usage-limit", long], 1, qps=2, overrides={"duration_s": 2}, workers=1)
@@ -66,7 +66,7 @@ def _stats(kind: str):
 def test_load_sweep_axis_in_the_users_units(tmp_path, monkeypatch, kind, label, x):
     import matplotlib.pyplot as plt
 
-    from llmsched_gym import plots
+    from llmsched_gym.evaluation import plots
 
     seen = {}
     real_close = plt.close
@@ -89,7 +89,7 @@ def test_load_sweep_axis_in_the_users_units(tmp_path, monkeypatch, kind, label, 
 def test_change_bar_labels_sit_beyond_the_error_bars(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
-    from llmsched_gym import plots
+    from llmsched_gym.evaluation import plots
 
     seen = {}
     real_close = plt.close

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.policy import make_policy
-from llmsched_gym.saturation import SaturationConfig, endpoint_filter, pool_saturation, saturation_of_view
-from llmsched_gym.view import RequestInfo
+from llmsched_gym.gateway.policy import make_policy
+from llmsched_gym.gateway.saturation import SaturationConfig, endpoint_filter, pool_saturation, saturation_of_view
+from llmsched_gym.gateway.view import RequestInfo
 
 W = np.array([0, 10, 2])          # waiting per instance
 KV = np.array([0.4, 0.2, 0.96])   # KV utilization per instance
@@ -156,7 +156,7 @@ def test_probabilistic_admitter_default_matches_the_gateway_saturation():
 
 # ============================================================================ in the engine
 def _sheddable_stream(n=200, rate=50.0):
-    from llmsched_gym.workload import Workload
+    from llmsched_gym.workloads.workload import Workload
 
     t = np.arange(n) / rate
     return Workload(t, np.full(n, 200), np.full(n, 400), priority=np.where(np.arange(n) % 2, -1, 0))

@@ -11,7 +11,7 @@ from conftest import assert_accounting, trace_path
 
 from llmsched_gym.cli import main
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.metrics import summarize
+from llmsched_gym.evaluation.metrics import summarize
 from llmsched_gym.scenarios import (
     Scenario,
     is_stable,
@@ -280,7 +280,7 @@ def test_cli_trace_replay_json_keys(tmp_path):
 def test_mooncake_replay_prefix_hit_close_to_ideal():
     """One instance, unbounded cache, arrivals slowed 30x so requests rarely overlap."""
     from llmsched_gym.simulator import ClusterConfig, Simulator
-    from llmsched_gym.traces import load_mooncake
+    from llmsched_gym.workloads.traces import load_mooncake
 
     w = load_mooncake(trace_path("mooncake", "conversation_trace.jsonl"), time_scale=30)
     ideal = w.ideal_prefix_hit_ratio()

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.synthetic import (
+from llmsched_gym.workloads.synthetic import (
     ArrivalSpec,
     ClassSpec,
     LengthSpec,

@@ -15,8 +15,8 @@ import yaml
 
 from llmsched_gym.errors import TraceFormatError
 from llmsched_gym.scenarios import load_scenario
-from llmsched_gym.trace_formats import load_burstgpt, load_qwen, load_servegen
-from llmsched_gym.traces import BLIS_BLOCK_TOKENS, load_azure, load_blis_trace, load_trace
+from llmsched_gym.workloads.trace_formats import load_burstgpt, load_qwen, load_servegen
+from llmsched_gym.workloads.traces import BLIS_BLOCK_TOKENS, load_azure, load_blis_trace, load_trace
 
 
 def _write(tmp_path, name, text):

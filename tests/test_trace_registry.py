@@ -9,11 +9,11 @@ import pytest
 import yaml
 from conftest import TRACES as SHARED
 
-from llmsched_gym import trace_registry as reg
+from llmsched_gym.workloads import trace_registry as reg
 from llmsched_gym.cli import main
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.scenarios import TraceSource, load_scenario
-from llmsched_gym.trace_registry import TraceChecksumError, TraceEntry, download, locate, sha256_file
+from llmsched_gym.workloads.trace_registry import TraceChecksumError, TraceEntry, download, locate, sha256_file
 
 ROWS = "".join(json.dumps({"timestamp": 1000 * i, "input_length": 600, "output_length": 3, "hash_ids": [0, i + 1]})
                + "\n" for i in range(4))
@@ -38,7 +38,7 @@ def _leftovers(root):
 
 
 def test_registry_entries_are_complete():
-    from llmsched_gym.traces import TRACE_FORMATS
+    from llmsched_gym.workloads.traces import TRACE_FORMATS
 
     for e in reg.list_traces():
         assert e.format in TRACE_FORMATS and e.url.startswith("https://") and e.license and e.repository

@@ -10,7 +10,7 @@ import pytest
 from conftest import trace_path
 
 from llmsched_gym.errors import ConfigError, TraceFormatError
-from llmsched_gym.traces import (
+from llmsched_gym.workloads.traces import (
     BLIS_BLOCK_TOKENS,
     assign_priorities,
     load_azure,

@@ -6,8 +6,8 @@ import numpy as np
 
 from llmsched_gym.engine import layout
 from llmsched_gym.errors import check_nonnegative
-from llmsched_gym.policy import RoutingPolicy, register_policy
-from llmsched_gym.view import RequestInfo, RouterView
+from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
+from llmsched_gym.gateway.view import RequestInfo, RouterView
 
 from .pick import argmin_random, range_normalize
 from .predict import engine_block_size

@@ -13,7 +13,7 @@ from collections import deque
 
 import numpy as np
 
-from llmsched_gym.view import RequestInfo
+from llmsched_gym.gateway.view import RequestInfo
 
 PrefixClass = tuple[str, int]
 

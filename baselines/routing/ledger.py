@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.view import RequestInfo
+from llmsched_gym.gateway.view import RequestInfo
 
 
 class TokenLedger:

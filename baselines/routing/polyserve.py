@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from llmsched_gym.errors import check_nonnegative
-from llmsched_gym.policy import RoutingPolicy, register_policy
-from llmsched_gym.view import RequestInfo, RouterView
+from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
+from llmsched_gym.gateway.view import RequestInfo, RouterView
 
 from .predict import tpot_s, ttft_s
 

@@ -7,8 +7,8 @@ from collections import deque
 import numpy as np
 
 from llmsched_gym.errors import check_nonnegative
-from llmsched_gym.policy import RoutingPolicy, register_policy
-from llmsched_gym.view import RequestInfo, RouterView
+from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
+from llmsched_gym.gateway.view import RequestInfo, RouterView
 
 from .pick import argmin_lowest, hit_ratio
 from .predict import decode_step_s, kv_tokens, prefill_time_s

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.view import RequestInfo, RouterView
+from llmsched_gym.gateway.view import RequestInfo, RouterView
 
 _NO_PREFILL = np.zeros(0, dtype=np.int64)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from llmsched_gym.engine import layout
-from llmsched_gym.policy import RoutingPolicy, register_policy
-from llmsched_gym.view import RequestInfo, RouterView
+from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
+from llmsched_gym.gateway.view import RequestInfo, RouterView
 
 from .ledger import TokenLedger
 from .pick import argmin_lowest, argmin_random

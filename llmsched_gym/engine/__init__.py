@@ -18,7 +18,7 @@ def compile_kernels() -> None:
     two requests. Worker pools call it first, so that their processes find the kernels
     compiled (inherited or cached) instead of all compiling them at once."""
     from ..simulator import ClusterConfig, GatewayConfig, Simulator
-    from ..workload import Workload
+    from ..workloads.workload import Workload
 
     w = Workload([0.0, 0.01], [64, 64], [4, 4], priority=[0, -1], hash_ids=[1, 2, 1, 3],
                  hash_offsets=[0, 2, 4], hash_block_tokens=16)

@@ -51,7 +51,7 @@ N_CI = 32  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` 
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
  CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3,
  CF_SAT_QUEUE, CF_SAT_KV, CF_SAT_STALE, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK, CF_A2, CF_A3) = range(26)
-N_CF = 26  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.saturation)
+N_CF = 26  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.gateway.saturation)
 # The llm-d router's block-key index entries, int64 ``ix[field, e]``: instance g's entry
 # for dense key k is II_IX0[g] + k.
 IX_PRESENT, IX_PREV, IX_NEXT = range(3)
@@ -75,7 +75,7 @@ STATUS_NAMES = ("time", "horizon", "done", "route", "admit", "ceilings")
 FLOW_NONE, FLOW_PY, FLOW_STATIC, FLOW_HOLDBACK, FLOW_SOFT_REFLECTIVE, FLOW_FIXED = range(6)
 ADMIT_PY, ADMIT_ALWAYS, ADMIT_LEGACY, ADMIT_PROBABILISTIC, ADMIT_BAND_PROBS = range(5)
 
-# Outcomes (same codes as llmsched_gym.requests).
+# Outcomes (same codes as llmsched_gym.engine.requests).
 IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED = range(5)
 
 #: Decode iterations planned at once (bounds the per-instance segment buffer). A shorter

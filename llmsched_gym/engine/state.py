@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba.typed import List
 
-from ..saturation import SaturationConfig
+from ..gateway.saturation import SaturationConfig
 from . import kernel
 from .config import EVICTION_ORDERS, PREEMPTION_MODES
 from .layout import (
@@ -123,7 +123,7 @@ def _keys_of(x: ClusterInputs) -> tuple:
 class ClusterInputs:
     """What one cluster of a batch is built from (prepared by the simulator)."""
 
-    workload: object  # llmsched_gym.workload.Workload
+    workload: object  # llmsched_gym.workloads.workload.Workload
     band_index: np.ndarray  # band of each request (0 = highest priority)
     num_bands: int
     instances: int
@@ -138,7 +138,7 @@ class ClusterInputs:
     expected_output: float
     rng: np.random.Generator
     router_block_keys: tuple | None = None  # (block_tokens, max_blocks) of a compiled llm-d router
-    saturation: object = None  # llmsched_gym.saturation.SaturationConfig (None: the default)
+    saturation: object = None  # llmsched_gym.gateway.saturation.SaturationConfig (None: the default)
     prefix_classes: tuple | None = None  # (prefix_blocks, block_tokens) of a compiled LMetric detector
 
 

@@ -1,6 +1,6 @@
-"""Compiled step-time models: the same arithmetic as :mod:`llmsched_gym.latency`, term for term.
+"""Compiled step-time models: the same arithmetic as :mod:`llmsched_gym.engine.latency`, term for term.
 
-Each :class:`~llmsched_gym.latency.StepTimeModel` is lowered to a kind code and a float
+Each :class:`~llmsched_gym.engine.latency.StepTimeModel` is lowered to a kind code and a float
 vector of constants (:func:`lower`), folded in the same order of operations as the numpy
 model, so a compiled iteration costs exactly what the Python model prices, bit for bit.
 The kernels receive the per-iteration sums the models need (prefill token sums and the
@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError
-from ..latency import BlisRooflineModel, LinearModel, RooflineModel, StepTimeModel, TrainedPhysicsModel
+from .latency import BlisRooflineModel, LinearModel, RooflineModel, StepTimeModel, TrainedPhysicsModel
 
 LINEAR, ROOFLINE, BLIS_ROOFLINE, TRAINED_PHYSICS = 0, 1, 2, 3
 N_PARAMS = 18

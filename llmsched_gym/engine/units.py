@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ..workload import Workload
+from ..workloads.workload import Workload
 
 
 def prefix_units(workload: Workload, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
@@ -57,7 +57,7 @@ def router_block_keys(workload: Workload, block_tokens: int, max_blocks: int = 0
                       ) -> tuple[np.ndarray, np.ndarray, int]:
     """(offsets[n+1], dense keys, distinct keys) of every request's router block keys.
 
-    The keys of :meth:`~llmsched_gym.view.RequestInfo.block_keys` (full blocks of
+    The keys of :meth:`~llmsched_gym.gateway.view.RequestInfo.block_keys` (full blocks of
     ``block_tokens`` prompt tokens, chained through the hash ids; unique to the request
     without prefix information), at most ``max_blocks`` of them (0: all), computed for
     the whole workload at once and mapped to dense ids.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..policy import Policy, make_policy
-from ..view import RequestInfo
+from ..gateway.policy import Policy, make_policy
+from ..gateway.view import RequestInfo
 
 _ROLES = {"routing": "routing", "flow_control": "usage-limit", "admission": "admission"}
 

@@ -18,8 +18,8 @@ from gymnasium import spaces
 
 from ..engine import layout
 from ..errors import ConfigError
-from ..policy import AdmissionPolicy, UsageLimitPolicy, make_policy
-from ..requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
+from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
+from ..engine.requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..scenarios import Scenario, make_scenario
 from ..validation import check_env_keywords
 
@@ -478,8 +478,8 @@ class Driver:
                 "open_requests": tr.waiting, "episode_cost": tr.total}
 
     def summary(self) -> dict:
-        """The harness's metrics of this episode so far (``llmsched_gym.metrics.summarize``)."""
-        from ..metrics import summarize
+        """The harness's metrics of this episode so far (``llmsched_gym.evaluation.metrics.summarize``)."""
+        from ..evaluation.metrics import summarize
 
         return summarize(self.sim)
 

@@ -28,7 +28,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 class TraceChecksumError(ConfigError):
@@ -41,7 +41,7 @@ class TraceEntry:
 
     Attributes:
         name: the registry name (``llmsched-gym traces download NAME``).
-        format: the loader (:data:`llmsched_gym.traces.TRACE_FORMATS`).
+        format: the loader (:data:`llmsched_gym.workloads.traces.TRACE_FORMATS`).
         repository: where it is published.
         license: its license.
         url: where ``download`` fetches it from.

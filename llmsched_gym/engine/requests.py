@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .workload import Workload
+from ..workloads.workload import Workload
 
 # Outcome codes (docs/architecture.md). IN_FLIGHT covers every request not yet in a final state.
 IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED = 0, 1, 2, 3, 4
@@ -24,7 +24,7 @@ class RequestTable:
     """
 
     def __init__(self, workload: Workload, block_size: int, state, c: int):
-        from .engine.layout import (
+        from .layout import (
             RF_DISPATCH,
             RF_END,
             RF_FINISH,

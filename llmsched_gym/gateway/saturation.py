@@ -37,7 +37,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .errors import ConfigError, check_choice, check_nonnegative
+from ..errors import ConfigError, check_choice, check_nonnegative
 
 KINDS = ("utilization", "concurrency")
 CONCURRENCY_MODES = ("requests", "tokens", "hybrid")
@@ -221,7 +221,7 @@ def endpoint_filter(cfg: SaturationConfig | None = None, *, waiting=None, kv_uti
 
 
 def saturation_of_view(cfg: SaturationConfig | None, view) -> float:
-    """:func:`pool_saturation` from a :class:`~llmsched_gym.view.RouterView` (its scraped
+    """:func:`pool_saturation` from a :class:`~llmsched_gym.gateway.view.RouterView` (its scraped
     arrays, metric ages and router-local counters)."""
     return pool_saturation(cfg, waiting=view.waiting, kv_util=view.kv_util, metrics_age_s=view.metrics_age_s,
                            in_flight=view.in_flight, in_flight_tokens=view.queued_prefill_tokens)

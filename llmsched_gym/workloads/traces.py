@@ -1,7 +1,7 @@
 """Loaders for public request traces (Mooncake JSONL, Azure CSV, BLIS TraceV2; the Qwen/Bailian,
-BurstGPT and ServeGen loaders are in :mod:`llmsched_gym.trace_formats`).
+BurstGPT and ServeGen loaders are in :mod:`llmsched_gym.workloads.trace_formats`).
 
-Every loader returns a :class:`~llmsched_gym.workload.Workload` sorted by arrival time
+Every loader returns a :class:`~llmsched_gym.workloads.workload.Workload` sorted by arrival time
 and validates each row: a malformed row raises :class:`TraceFormatError` naming the
 file, the 1-based line number and the field. Parsing is bulk (one ``json.loads`` or
 ``str.split`` per row, then numpy); the slow row-by-row checks run only to locate an
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import yaml
 
-from .errors import ConfigError, TraceFormatError
+from ..errors import ConfigError, TraceFormatError
 from .workload import CRITICAL, SHEDDABLE, Workload
 
 MOONCAKE_BLOCK_TOKENS = 512

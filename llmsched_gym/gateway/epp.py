@@ -33,7 +33,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 API_VERSIONS = ("llm-d.ai/v1alpha1", "llm-d.ai/v1", "inference.networking.x-k8s.io/v1alpha1")
 KIND = "EndpointPickerConfig"
@@ -136,7 +136,7 @@ class EPPConfig:
 
 def _saturation_field(sat: dict, source: str):
     """(GatewayConfig field, value) for a non-default detector, if the simulator has one."""
-    from .simulator import GatewayConfig
+    from ..simulator import GatewayConfig
 
     names = {f.name for f in fields(GatewayConfig)}
     for key in ("saturation", "saturation_detector"):
@@ -624,7 +624,7 @@ def _combination(spec) -> dict:
     """``{router, flow_control, admission}`` of a combination, defaults applied:
     router ``llm-d``; flow control none; admission ``always-admit`` with flow control
     (llm-d's flow control does the admitting) and ``legacy`` without (llm-d's gate)."""
-    from .evaluation import parse_policy
+    from ..evaluation.harness import parse_policy
 
     roles = parse_policy(spec).kwargs() if isinstance(spec, str) else dict(spec)
     for k, v in roles.items():
@@ -802,7 +802,7 @@ def add_cli(subparsers) -> None:
 
 
 def cmd_to_epp_config(args) -> int:
-    from .validation import atomic_write_text, check_output_file
+    from ..validation import atomic_write_text, check_output_file
 
     if args.out is not None:
         check_output_file("--out", args.out)  # a bad path: one line, exit 2, nothing written

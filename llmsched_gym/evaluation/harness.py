@@ -8,8 +8,8 @@ workload noise. Cells run in worker processes (``workers=``); a cell's result do
 depend on where it runs, so parallel and serial results are identical.
 
 The ``llmsched-gym compare`` subcommand (:func:`add_cli`) wraps it with statistics
-(:mod:`llmsched_gym.stats`), a terminal table, CSV/JSON output and figures
-(:mod:`llmsched_gym.plots`).
+(:mod:`llmsched_gym.evaluation.stats`), a terminal table, CSV/JSON output and figures
+(:mod:`llmsched_gym.evaluation.plots`).
 
 Policy combinations (``policies=``) may be given as
 
@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .errors import ConfigError, OutputError
+from ..errors import ConfigError, OutputError
 
 RATE_KINDS = ("qps", "load", "paper_qps")
 ROLE_KEYS = ("router", "flow_control", "admission")
@@ -84,7 +84,7 @@ class PolicySpec:
 
 
 def _role_of_name(name: str) -> str:
-    from .policy import list_policies
+    from ..gateway.policy import list_policies
 
     registry = list_policies()
     base = name.partition(":")[0]
@@ -103,7 +103,7 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
 
     Names are validated (a :class:`ConfigError` names the bad one and lists the known).
     """
-    from .policy import Policy, make_policy
+    from ..gateway.policy import Policy, make_policy
 
     if isinstance(spec, PolicySpec):
         return spec
@@ -187,7 +187,7 @@ class _Point:
 
 
 def _scenario_entries(scenarios) -> list[tuple[Any, dict]]:
-    from .scenarios import Scenario
+    from ..scenarios import Scenario
 
     if isinstance(scenarios, (str, Scenario, os.PathLike)):
         scenarios = [scenarios]
@@ -226,7 +226,7 @@ def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides:
     {"paper_qps": [4, 10, 16], "duration_s": 60})``; otherwise the global
     ``qps``/``load``/``paper_qps`` lists apply, else the scenario's default rate.
     """
-    from .scenarios import make_scenario
+    from ..scenarios import make_scenario
 
     out = []
     for entry, own in _scenario_entries(scenarios):
@@ -338,7 +338,7 @@ class ResultTable:
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
         text = buf.getvalue()
         if path is not None:
-            from .validation import atomic_write_text
+            from ..validation import atomic_write_text
 
             atomic_write_text(path, text)
         return text
@@ -346,7 +346,7 @@ class ResultTable:
     def to_json(self, path: "str | os.PathLike | None" = None, **extra) -> str:
         text = json.dumps({"meta": self.meta, **extra, "rows": self.rows}, indent=1, default=_json_default)
         if path is not None:
-            from .validation import atomic_write_text
+            from ..validation import atomic_write_text
 
             atomic_write_text(path, text)
         return text
@@ -355,7 +355,7 @@ class ResultTable:
         return [dict(r) for r in self.rows]
 
     def stats(self, metrics=None, baseline: str | None = None, **kw) -> list[dict]:
-        """Median and bootstrap CI per metric across seeds (see :func:`llmsched_gym.stats.summarize_rows`)."""
+        """Median and bootstrap CI per metric across seeds (see :func:`llmsched_gym.evaluation.stats.summarize_rows`)."""
         from .stats import DEFAULT_METRICS, summarize_rows
 
         return summarize_rows(self.rows, metrics or DEFAULT_METRICS, baseline=baseline, **kw)
@@ -415,7 +415,7 @@ def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, ov
             raise ConfigError(f"seeds={seeds} is invalid; it must be >= 1")
         seed_list = list(range(int(seeds)))
     else:
-        from .validation import check_seed
+        from ..validation import check_seed
 
         seed_list = [check_seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
         if not seed_list:
@@ -433,7 +433,7 @@ def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, ov
 def _execute(tasks: list[dict], workers, progress, mp_context=None) -> tuple[list[dict], int]:
     total = len(tasks)
     if workers is not None:
-        from .validation import check_number
+        from ..validation import check_number
 
         check_number("workers", workers, integer=True, ge=1)
     n_workers = min(os.cpu_count() or 1, total) if workers is None else max(1, min(int(workers), total))
@@ -447,7 +447,7 @@ def _execute(tasks: list[dict], workers, progress, mp_context=None) -> tuple[lis
                 results[t["index"]] = _run_cell(t)
                 tick()
             return
-        from .engine import compile_kernels
+        from ..engine import compile_kernels
 
         compile_kernels()  # once here, not in every worker at the same time
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp_context) as pool:
@@ -710,7 +710,7 @@ def add_cli(subparsers) -> None:
 
 
 def _default_policies(scenario) -> str:
-    from .scenarios import make_scenario
+    from ..scenarios import make_scenario
 
     sc = make_scenario(scenario)
     if sc.gateway.flow_control is not None:
@@ -721,8 +721,8 @@ def _default_policies(scenario) -> str:
 def cmd_compare(args) -> int:
     from rich.console import Console
 
-    from .cli import check_flags, policy_overrides
-    from .validation import check_name, check_output_dir
+    from ..cli import check_flags, policy_overrides
+    from ..validation import check_name, check_output_dir
 
     check_flags(args, ["--seed", "--seeds", "--workers", "--duration", "--horizon"])
     for flag in ("--scenario", "--policies", "--baseline", "--class"):
@@ -749,7 +749,7 @@ def cmd_compare(args) -> int:
         if args.classes:
             raise ConfigError("--class needs --scenario (the default study shows its own classes)")
     else:
-        from .scenarios import make_scenario
+        from ..scenarios import make_scenario
 
         scenario = args.scenario or "codegen"
         sc = make_scenario(scenario)  # clear error for unknown names
@@ -778,7 +778,7 @@ def cmd_compare(args) -> int:
     try:
         figures = _write_outputs(out, results, merged, all_stats, plots=not args.no_plots)
     except OutputError as e:  # e.g. --out removed or made read-only during the run: keep the results
-        from .validation import fallback_dir
+        from ..validation import fallback_dir
 
         saved = fallback_dir("llmsched-gym-compare-")
         _write_outputs(saved, results, merged, all_stats, plots=not args.no_plots)
@@ -815,8 +815,8 @@ def _write_outputs(out: Path, results, merged: "ResultTable", all_stats: list[di
 
 def scenario_classes(sc) -> list[str]:
     """The request classes a scenario's rows can have (its classes, then ``all``)."""
-    from .scenarios import TraceSource
-    from .workload import class_name
+    from ..scenarios import TraceSource
+    from ..workloads.workload import class_name
 
     if isinstance(sc.workload, TraceSource):
         if sc.workload.critical_share is not None:

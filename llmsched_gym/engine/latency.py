@@ -18,7 +18,7 @@ import inspect
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .hardware import Hardware, ModelConfig, get_hardware, get_model
 
 FloatOrArray = np.ndarray | float

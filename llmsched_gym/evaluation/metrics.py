@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .requests import EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
-from .workload import class_name
+from ..engine.requests import EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
+from ..workloads.workload import class_name
 
 PERCENTILES = (50, 90, 99)
 

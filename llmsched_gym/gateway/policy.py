@@ -1,6 +1,6 @@
 """The one policy interface shared by baselines, trained agents and user policies.
 
-Three roles, each seeing only a :class:`~llmsched_gym.view.RouterView`:
+Three roles, each seeing only a :class:`~llmsched_gym.gateway.view.RouterView`:
 
 * :class:`AdmissionPolicy` - admit or reject an arriving request;
 * :class:`UsageLimitPolicy` - per-band ceilings for the dispatch loop (flow control);
@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .view import RequestInfo, RouterView
 
 
@@ -142,7 +142,7 @@ def make_policy(spec: "str | Policy", role: str | None = None, **kwargs) -> Poli
             known = ", ".join(k for k, v in registry.items() if role is None or v.role == role)
             raise ConfigError(f"unknown policy {name!r}" + (f" for role {role!r}" if role else "") + f"; known: {known}")
         factory = registry[name]
-        from .validation import check_call_kwargs
+        from ..validation import check_call_kwargs
 
         # Names and types against the constructor's signature (the error lists them).
         kwargs = check_call_kwargs(f"policy {name!r}", factory, kwargs, label=name)

@@ -3,7 +3,7 @@
 A :class:`WorkloadSpec` combines an arrival process (:class:`ArrivalSpec`), token-length
 distributions (:class:`LengthSpec`), priority classes (:class:`ClassSpec`) and a prefix
 structure (:class:`PrefixSpec`); :func:`generate` turns it into a
-:class:`~llmsched_gym.workload.Workload`. Specs map one-to-one onto YAML/JSON dicts via
+:class:`~llmsched_gym.workloads.workload.Workload`. Specs map one-to-one onto YAML/JSON dicts via
 ``from_dict``/``to_dict``; every field is validated and errors name the field path
 (``workload.arrival.rate``) and what is allowed.
 
@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .workload import Workload
 
 PROCESSES = ("poisson", "gamma", "weibull")

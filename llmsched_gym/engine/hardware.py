@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 GIB = 1 << 30
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 #: Names of the priority classes used by the seed workloads (docs/architecture.md).
 CRITICAL, SHEDDABLE = 0, -1

@@ -30,7 +30,7 @@ def _save(fig, path) -> Path:
     """Render ``fig`` and write it atomically (no partial image if the write fails)."""
     import io
 
-    from .validation import atomic_write_bytes
+    from ..validation import atomic_write_bytes
 
     path = Path(path)
     buf = io.BytesIO()

@@ -1,8 +1,8 @@
 """Loaders for more public trace formats: Alibaba Qwen/Bailian JSONL, BurstGPT CSV and
 ServeGen request lists (docs/scenarios.md has a sample of each).
 
-Same contract as :mod:`llmsched_gym.traces`: each loader returns a
-:class:`~llmsched_gym.workload.Workload` sorted by arrival time (rebased so the first
+Same contract as :mod:`llmsched_gym.workloads.traces`: each loader returns a
+:class:`~llmsched_gym.workloads.workload.Workload` sorted by arrival time (rebased so the first
 request arrives at 0), and a malformed row raises :class:`TraceFormatError` naming the
 file, the 1-based line and the field. Rows are sorted stably by timestamp (none of these
 formats promises an order); token counts of 0 are clipped to 1 where the format allows
@@ -19,7 +19,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .errors import TraceFormatError
+from ..errors import TraceFormatError
 from .traces import _first_bad, _is_count, _jsonl_rows, _limit, _read_lines
 from .workload import Workload
 
