@@ -9,9 +9,13 @@ scenario (change a built-in scenario or the method, and this script must be reru
     python benchmarks/capacities.py                  # every built-in scenario (long: tens of minutes)
     python benchmarks/capacities.py codegen chatbot  # only these; other entries are kept
     python benchmarks/capacities.py --check          # exit 1 if an entry is stale or missing
+    python benchmarks/capacities.py --backend ray --ray-address auto  # one task per scenario on a Ray cluster
 
-Scenarios are measured one at a time (run it under ``nice``); trace scenarios whose
-trace files are absent are skipped.
+One scenario's measurement is a sequential search (each probe's rate depends on the
+previous verdicts), so it is one task; scenarios are independent tasks of the backend:
+one at a time in this process by default (run it under ``nice``), ``--workers N``
+processes, or Ray (``--backend ray``). Trace scenarios whose trace files are absent are
+skipped.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from llmsched_gym import capacity as C  # noqa: E402
 from llmsched_gym.errors import ConfigError  # noqa: E402
+from llmsched_gym.flags import add_backend_args, backend_from_args  # noqa: E402
 from llmsched_gym.scenarios import list_scenarios, make_scenario  # noqa: E402
 
 
@@ -64,10 +69,23 @@ def write_table(entries: dict) -> None:
     tmp.replace(C.SHIPPED_TABLE)
 
 
+def measure(name: str) -> dict:
+    """One scenario's table entry, measured now (a backend task)."""
+    sc = make_scenario(name)
+    start = time.perf_counter()
+    rec = C.capacity_record(sc, use_cache=False)
+    wall = time.perf_counter() - start
+    return {"fingerprint": sc.fingerprint(), **{k: v for k, v in rec.items() if k != "source"},
+            "measured_wall_s": round(wall, 1)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="*", help="scenarios to (re)measure (default: every built-in one)")
     ap.add_argument("--check", action="store_true", help="only check the table's fingerprints")
+    ap.add_argument("--workers", type=int, help="scenarios measured at once (default: 1; with --backend ray, "
+                    "the local Ray instance's CPUs)")
+    add_backend_args(ap)
     args = ap.parse_args(argv)
     names = args.names or [n for n in list_scenarios() if _available(n)]
     table = load_table()
@@ -80,16 +98,20 @@ def main(argv=None) -> int:
             print(f"not a registered scenario: {n}")
         return 1 if stale or extra else 0
     entries = dict(table.get("scenarios", {}))
-    for name in names:
-        sc = make_scenario(name)
-        start = time.perf_counter()
-        rec = C.capacity_record(sc, use_cache=False)
-        wall = time.perf_counter() - start
-        entries[name] = {"fingerprint": sc.fingerprint(), **{k: v for k, v in rec.items() if k != "source"},
-                         "measured_wall_s": round(wall, 1)}
-        print(f"{name:28s} {rec['qps']:10.3f} req/s  window {rec['window_s']:7.0f} s  "
-              f"{len(rec['steps'])} checks  {wall:6.1f} s", flush=True)
+
+    def done(i: int, rec: dict) -> None:
+        entries[names[i]] = rec
+        print(f"{names[i]:28s} {rec['qps']:10.3f} req/s  window {rec['window_s']:7.0f} s  "
+              f"{len(rec['steps'])} checks  {rec['measured_wall_s']:6.1f} s", flush=True)
         write_table(entries)  # after each, so a stop keeps the rest
+
+    if args.workers is None and args.backend == "local":
+        args.workers = 1  # one at a time, as the measurements are long
+    backend = backend_from_args(args)
+    try:
+        backend.map(measure, names, done)
+    finally:
+        backend.close()
     return 0
 
 

@@ -3,9 +3,11 @@
     python benchmarks/reproduce.py              # full report (3 seeds, ~15-20 min on 2 cores)
     python benchmarks/reproduce.py --quick      # reduced: 1 seed, shortened windows (~3 min)
     python benchmarks/reproduce.py --render-only  # rebuild the report from the last run's data
+    python benchmarks/reproduce.py --backend ray --ray-address auto  # the cells on a running Ray cluster
 
 Every cell runs through :func:`llmsched_gym.evaluate` (paired seeds; all studies share one
-process pool). Raw rows go to ``results/reproduce/rows.json`` (not committed), the
+run of the backend: a local process pool, or Ray with ``--backend ray``; the results are
+the same on either). Raw rows go to ``results/reproduce/rows.json`` (not committed), the
 statistics to ``docs/figures/summary.csv``, the report to ``docs/results.md``.
 """
 
@@ -24,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from llmsched_gym.evaluation.harness import ResultTable, Study, make_figures, run_studies  # noqa: E402
 from llmsched_gym.evaluation.stats import lookup, summarize_rows  # noqa: E402
+from llmsched_gym.flags import add_backend_args, backend_from_args  # noqa: E402
 
 DOCS = ROOT / "docs"
 FIG = DOCS / "figures"
@@ -466,7 +469,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, shortened windows (a few minutes)")
     ap.add_argument("--seeds", type=int, help="paired seeds (default 3, quick 1)")
-    ap.add_argument("--workers", type=int, help="processes (default: CPU count)")
+    ap.add_argument("--workers", type=int, help="processes (default: CPU count; with --backend ray, its CPUs)")
+    add_backend_args(ap)
     ap.add_argument("--render-only", action="store_true", help="rebuild the report from results/reproduce/rows.json")
     ap.add_argument("--out", default=str(DOCS / "results.md"))
     args = ap.parse_args(argv)
@@ -484,8 +488,12 @@ def main(argv=None) -> int:
             results.append((st, table, table.stats(baseline=st.baseline)))
     else:
         seeds = list(range(args.seeds or (1 if args.quick else 3)))
+        backend = backend_from_args(args)
         start = time.perf_counter()
-        results = run_studies(sts, seeds, workers=args.workers, progress=True)
+        try:
+            results = run_studies(sts, seeds, progress=True, backend=backend)
+        finally:
+            backend.close()
         runtime = time.perf_counter() - start
         RAW.mkdir(parents=True, exist_ok=True)
         samples = {}

@@ -46,8 +46,12 @@ def build(case: str):
     from llmsched_gym.engine import EngineConfig
     from llmsched_gym.scenarios import DEFAULT_TRACE_DIR
     from llmsched_gym.simulator import ClusterConfig, GatewayConfig
-    from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
-    from llmsched_gym.workloads.traces import load_blis_trace, load_mooncake
+    try:
+        from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
+        from llmsched_gym.workloads.traces import load_blis_trace, load_mooncake
+    except ImportError:  # the previous release's flat layout
+        from llmsched_gym.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
+        from llmsched_gym.traces import load_blis_trace, load_mooncake
 
     traces = Path(os.environ.get("LLMSCHED_TRACE_DIR", DEFAULT_TRACE_DIR))
     gateway = GatewayConfig(router="round-robin")

@@ -1,10 +1,11 @@
 """llmsched-gym: LLM-cluster request scheduling as a reinforcement-learning problem.
 
-``import llmsched_gym`` registers the Gymnasium environments ``llmsched/Routing-v0``,
-``llmsched/FlowControl-v0`` and ``llmsched/Admission-v0``.
+``import llmsched_gym`` registers the built-in scenarios (:mod:`.builtin_scenarios`) and the
+Gymnasium environments ``llmsched/Routing-v0``, ``llmsched/FlowControl-v0`` and
+``llmsched/Admission-v0``.
 """
 
-from . import envs  # noqa: F401  (registers the gymnasium environments)
+from . import builtin_scenarios, envs  # noqa: F401  (register the built-in scenarios, the gymnasium environments)
 from .engine import EngineConfig
 from .errors import ConfigError, PolicyError, TraceFormatError
 from .evaluation.harness import evaluate

@@ -106,15 +106,13 @@ def isolated_service_times(scenario, workload) -> np.ndarray:
 def service_stats(scenario, seed: int = 0) -> dict:
     """Isolated service-time statistics (seconds: mean, p50, p99, max) of the scenario's
     requests, from its workload over ``capacity_horizon_s`` (a trace: the whole trace)."""
-    from .scenarios import TraceSource
-
     key = f"{scenario.fingerprint()}:{seed}"
     if key in _SERVICE:
         return _SERVICE[key]
     sc = replace(scenario.at_rate(scenario.base_rate()), workload=copy.deepcopy(scenario.workload))
     for s in sc.specs:
         s.duration_s, s.num_requests = float(scenario.capacity_horizon_s), None
-    w = sc.workload.load() if isinstance(sc.workload, TraceSource) else sc.build_workload(seed)
+    w = sc.trace.load() if sc.trace is not None else sc.build_workload(seed)
     s = isolated_service_times(sc, w)
     if len(s) == 0:
         raise ConfigError(f"scenario {scenario.name!r}: the workload has no request")
@@ -179,14 +177,12 @@ def steady_state(scenario, qps: float, seed: int = 0, window_s: float | None = N
 
 def _check(scenario, qps: float, seed: int, window: float) -> tuple[SteadyState, float]:
     """One run over ``window``: the figures of the criterion, and the arrivals' span."""
-    from .scenarios import TraceSource
-
     # A copy with its own workload specs: at_rate() shares them with ``scenario``.
     sc = replace(scenario.at_rate(qps), workload=copy.deepcopy(scenario.workload))
     for s in sc.specs:
         s.duration_s, s.num_requests = window, None
     w = sc.build_workload(seed)
-    if isinstance(sc.workload, TraceSource):
+    if sc.trace is not None:
         w = w.subset(w.arrival_s - w.arrival_s[0] <= window)
     if len(w) < 2:
         raise ConfigError(f"scenario {scenario.name!r}: fewer than 2 requests in the capacity window at {qps:g} req/s")

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import ConfigError, PolicyError
+from .flags import FLAG_RULES, check_flags, policy_overrides
 
 EXIT_BAD_INPUT = 2
 
@@ -61,25 +62,8 @@ def _kv_blocks(value):
     return v
 
 
-#: Numeric flags shared by ``run`` / ``compare`` / ``train`` and what they allow.
-FLAG_RULES = {
-    "--seed": {"integer": True, "ge": 0}, "--seeds": {"integer": True, "ge": 1},
-    "--qps": {"gt": 0}, "--load": {"gt": 0}, "--paper-qps": {"gt": 0}, "--instances": {"integer": True, "ge": 1},
-    "--horizon": {"gt": 0}, "--duration": {"gt": 0}, "--time-scale": {"gt": 0}, "--limit": {"integer": True, "ge": 1},
-    "--critical-share": {"ge": 0, "le": 1}, "--workers": {"integer": True, "ge": 1},
-}
 #: Flags that only apply to a --trace replay.
 TRACE_ONLY_FLAGS = ("--trace-format", "--time-scale", "--limit", "--critical-share")
-
-
-def check_flags(args, flags) -> None:
-    """Range and finiteness of the numeric ``flags`` present on ``args`` (see FLAG_RULES)."""
-    from .validation import check_number
-
-    for flag in flags:
-        v = getattr(args, flag.lstrip("-").replace("-", "_"), None)
-        if v is not None and not isinstance(v, str):
-            check_number(flag, v, **FLAG_RULES[flag])
 
 
 def check_scenario_flags(args) -> None:
@@ -116,7 +100,10 @@ def scenario_from_args(args) -> "object":
     if args.trace:
         path, fmt = Path(args.trace), args.trace_format
         if not path.is_file():
-            from .workloads.trace_registry import TRACES, locate  # a trace by name (`llmsched-gym traces list`)
+            from .workloads.trace_registry import (  # a trace by name (`llmsched-gym traces list`)
+                TRACES,
+                locate,
+            )
 
             found = locate(args.trace)
             if found is None:
@@ -135,22 +122,6 @@ def scenario_from_args(args) -> "object":
             sc.qps = sc.base_rate() / args.time_scale
         return sc
     return make_scenario(args.scenario or "codegen", **overrides)
-
-
-def policy_overrides(args) -> dict:
-    """The --router/--admission/--flow-control arguments as Scenario.simulator keywords."""
-    from .validation import check_name
-
-    out = {}
-    for flag, key in (("--router", "router"), ("--admission", "admission"), ("--flow-control", "flow_control")):
-        v = check_name(flag, getattr(args, key, None), none_ok=True, what="a policy spec (see `llmsched-gym policies`)")
-        if v is not None:
-            out[key] = None if key == "flow_control" and v.strip().lower() == "none" else v
-    if getattr(args, "epp_config", None) is not None:  # run --epp-config FILE (llmsched_gym/epp.py)
-        from .gateway.epp import epp_overrides
-
-        out = epp_overrides(args.epp_config, out)
-    return out
 
 
 def _validate_policies(overrides: dict) -> None:

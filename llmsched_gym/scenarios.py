@@ -1,7 +1,8 @@
 """Scenarios: a cluster + a workload + default gateway policies + a horizon (docs/scenarios.md).
 
 A :class:`Scenario` is everything needed to run one experiment except the policies
-under test and the seed. Built-in scenarios have fixed names so that results are
+under test and the seed. Built-in scenarios (:mod:`llmsched_gym.builtin_scenarios`,
+registered on ``import llmsched_gym``) have fixed names so that results are
 comparable across versions; users add their own with :func:`register_scenario` or write
 them as YAML (:func:`load_scenario`, ``llmsched-gym run --scenario path.yaml``).
 
@@ -24,9 +25,20 @@ from typing import Callable
 
 import yaml
 
+from .capacity import METHOD, capacity_record, steady_state
 from .engine import EngineConfig
 from .errors import ConfigError, check_nonnegative
-from .simulator import ClusterConfig, GatewayConfig, Simulator
+from .gateway.policy import check_policy_ref, make_policy
+from .simulator import (
+    CLUSTER_RULES,
+    ENGINE_RULES,
+    GATEWAY_RULES,
+    ClusterConfig,
+    GatewayConfig,
+    Simulator,
+    check_kv_blocks,
+)
+from .validation import POSITIVE_INT, check_fields, check_name, check_number, check_seed, invalid
 from .workloads.synthetic import WorkloadSpec, generate
 from .workloads.workload import Workload, merge_workloads
 
@@ -133,6 +145,11 @@ class Scenario:
 
     # ------------------------------------------------------------------ rates
     @property
+    def trace(self) -> TraceSource | None:
+        """The trace this scenario replays (None: a synthetic workload)."""
+        return self.workload if isinstance(self.workload, TraceSource) else None
+
+    @property
     def specs(self) -> list[WorkloadSpec]:
         if isinstance(self.workload, TraceSource):
             return []
@@ -167,8 +184,6 @@ class Scenario:
     # ------------------------------------------------------------------ building
     def build_workload(self, seed: int = 0) -> Workload:
         """The requests of this scenario for ``seed`` (same seed, same requests)."""
-        from .validation import check_seed
-
         check_seed("seed", seed)
         qps = self.target_qps()
         factor = qps / self.base_rate()
@@ -182,8 +197,7 @@ class Scenario:
             return w
         parts = []
         for k, spec in enumerate(self.specs):
-            s = copy.deepcopy(spec)
-            s.arrival.rate = spec.arrival.rate * factor
+            s = replace(spec, arrival=replace(spec.arrival, rate=spec.arrival.rate * factor))
             parts.append(generate(s, seed=seed * 1000 + k))
         return parts[0] if len(parts) == 1 else merge_workloads(parts, name=self.name)
 
@@ -195,8 +209,6 @@ class Scenario:
         scenario's default. ``batch=False`` leaves it to be placed in a shared batched
         state (:class:`~llmsched_gym.simulator.SimulatorBatch`).
         """
-        from .validation import check_number, check_seed
-
         check_seed("seed", seed)
         if horizon_s is not ...:
             check_number("horizon_s", horizon_s, gt=0, none_ok=True)
@@ -244,8 +256,6 @@ class Scenario:
             spec.pop("num_requests", None)
         if isinstance(self.workload, TraceSource):
             d["trace_sha256"] = _file_digest(self.workload.resolve())
-        from .capacity import METHOD
-
         d["capacity_method"] = METHOD
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -264,13 +274,36 @@ def register_scenario(name: str, scenario_or_factory: Scenario | Callable[[], Sc
 
 def list_scenarios() -> list[str]:
     """Names of the registered scenarios."""
-    _load_builtin()
     return sorted(_REGISTRY)
 
 
 _OVERRIDES = {"qps", "load", "paper_qps", "instances", "horizon_s", "router", "flow_control", "admission",
               "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "trace_path",
               "capacity_horizon_s", "duration_s", "num_requests"}
+#: make_scenario keywords: numeric rules (the rest are names, policies or paths).
+SCENARIO_OVERRIDE_RULES = {
+    "qps": {"gt": 0}, "load": {"gt": 0}, "paper_qps": {"gt": 0},
+    "instances": POSITIVE_INT, "horizon_s": {"gt": 0, "none_ok": True}, "capacity_horizon_s": {"gt": 0},
+    "duration_s": {"gt": 0}, "num_requests": POSITIVE_INT, "scrape_interval_s": {"ge": 0},
+}
+
+
+def check_scenario_overrides(overrides: dict) -> None:
+    """Types and ranges of ``make_scenario`` keywords (names are checked by the caller)."""
+    for k, v in overrides.items():
+        if v is None and k in ("qps", "load", "paper_qps"):
+            continue  # not given
+        if k in SCENARIO_OVERRIDE_RULES:
+            check_number(k, v, **SCENARIO_OVERRIDE_RULES[k])
+        elif k in ("hardware", "model", "latency_model"):
+            check_name(k, v)
+        elif k == "kv_blocks":
+            check_kv_blocks(k, v)
+        elif k in ("router", "flow_control", "admission"):
+            check_policy_ref(k, v, none_ok=k != "router")
+        elif k == "trace_path":
+            if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
+                raise invalid(k, v, "it must be a file path")
 
 
 def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario:
@@ -286,7 +319,6 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
     elif str(name).endswith((".yaml", ".yml")):
         sc = load_scenario(name)
     else:
-        _load_builtin()
         if name not in _REGISTRY:
             raise ConfigError(f"unknown scenario {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
         entry = _REGISTRY[name]
@@ -294,9 +326,7 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
     unknown = set(overrides) - _OVERRIDES
     if unknown:
         raise ConfigError(f"unknown scenario override(s) {sorted(unknown)}; allowed: {', '.join(sorted(_OVERRIDES))}")
-    from .validation import check_scenario_overrides
-
-    check_scenario_overrides(overrides)  # types, ranges, finiteness (llmsched_gym/validation.py)
+    check_scenario_overrides(overrides)  # types, ranges, finiteness
     for k in ("duration_s", "num_requests"):
         if k in overrides and isinstance(sc.workload, TraceSource):
             raise ConfigError(f"{k}={overrides[k]!r} does not apply to {sc.name!r}, which replays a trace "
@@ -349,18 +379,14 @@ def _known(path: str, d, allowed) -> dict:
     return d
 
 
-def _yaml_rules() -> dict:
-    from .validation import CLUSTER_RULES, ENGINE_RULES, GATEWAY_RULES
-
-    return {"ClusterConfig": CLUSTER_RULES, "EngineConfig": ENGINE_RULES, "GatewayConfig": GATEWAY_RULES,
-            "TraceSource": {"limit": {"integer": True, "ge": 1, "none_ok": True},
-                            "critical_share": {"ge": 0, "le": 1, "none_ok": True}}}
+#: Numeric rules of the YAML sections, by the class each section builds.
+_YAML_RULES = {"ClusterConfig": CLUSTER_RULES, "EngineConfig": ENGINE_RULES, "GatewayConfig": GATEWAY_RULES,
+               "TraceSource": {"limit": {"integer": True, "ge": 1, "none_ok": True},
+                               "critical_share": {"ge": 0, "le": 1, "none_ok": True}}}
 
 
 def _build(path: str, cls, d: dict):
-    from .validation import check_fields, check_kv_blocks, check_policy_ref
-
-    check_fields(path, cls, {k: v for k, v in d.items() if k != "engine"}, _yaml_rules().get(cls.__name__, {}),
+    check_fields(path, cls, {k: v for k, v in d.items() if k != "engine"}, _YAML_RULES.get(cls.__name__, {}),
                  skip=("kv_blocks", "router", "admission", "flow_control"))
     if cls is ClusterConfig and "kv_blocks" in d:
         check_kv_blocks(f"{path}.kv_blocks", d["kv_blocks"])
@@ -377,8 +403,6 @@ def _build(path: str, cls, d: dict):
 
 def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
     """Build and validate a scenario from a dict (the YAML schema); errors name the field."""
-    from .validation import check_name, check_number
-
     _known(source, d, _TOP_KEYS)
     for req in ("name", "cluster", "workload"):
         if req not in d:
@@ -417,8 +441,6 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
         gw = gateway_from_yaml(gw, source)
     gw = _known(f"{source}.gateway", gw, {f.name for f in fields(GatewayConfig)} | {"epp_config"})
     gateway = _build(f"{source}.gateway", GatewayConfig, gw)
-    from .gateway.policy import make_policy
-
     for role, key in (("routing", "router"), ("admission", "admission"), ("usage-limit", "flow_control")):
         spec = getattr(gateway, key)
         if spec is not None and spec != "external":
@@ -465,8 +487,6 @@ def is_stable(scenario: Scenario, qps: float, seed: int = 0) -> tuple[bool, int]
     delivered throughput keeps up with the offered rate and the number of requests
     waiting for a first token does not grow). Returns ``(stable, waiting at the end)``;
     :func:`llmsched_gym.capacity.steady_state` has the figures."""
-    from .capacity import steady_state
-
     check = steady_state(scenario, qps, seed)
     return check.stable, check.waiting_end
 
@@ -481,10 +501,4 @@ def measure_capacity(scenario: Scenario, *, rel_tol: float = 0.02, seed: int = 0
     memory and in ``~/.cache/llmsched-gym/capacity.json`` (``LLMSCHED_CACHE_DIR``).
     :func:`llmsched_gym.capacity.capacity_record` says how it was found.
     """
-    from .capacity import capacity_record
-
     return float(capacity_record(scenario, rel_tol=rel_tol, seed=seed, use_cache=use_cache)["qps"])
-
-
-def _load_builtin() -> None:
-    from . import builtin_scenarios  # noqa: F401  (registers on import)

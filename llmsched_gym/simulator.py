@@ -11,13 +11,15 @@ how the Routing environment hands decisions to an agent.
 
 from __future__ import annotations
 
+import numbers
 import time as _time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 import numpy as np
 
 from .engine import EngineConfig
 from .engine.layout import (
+    ADMIT_PY,
     BQ_HEAD,
     BQ_LEN,
     CF_A0,
@@ -44,6 +46,7 @@ from .engine.layout import (
     CI_PTR,
     CI_ROUTER,
     CI_STATUS,
+    FLOW_PY,
     IF_SCR_KV,
     IF_SCRAPE_T,
     II_INFLIGHT,
@@ -63,16 +66,66 @@ from .engine.layout import (
     STATUS_NAMES,
 )
 from .engine.policies import lower_policies
+from .engine.requests import RequestTable
 from .engine.state import ClusterInputs, EngineState
 from .errors import ConfigError, PolicyError
-from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, make_policy
-from .engine.requests import RequestTable
+from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, check_policy_ref, make_policy
 from .gateway.saturation import SaturationConfig
 from .gateway.view import RequestInfo, RouterView
+from .validation import POSITIVE_INT, check_fields, check_keys, invalid
 from .workloads.workload import Workload
 
 EXTERNAL = "external"  # router placeholder: routing decisions are taken via Simulator.route()
 UNLIMITED_BLOCKS = 2**40
+
+# ====================================================================== field rules
+#: Ranges of the configs' numeric fields (:func:`~llmsched_gym.validation.check_number`
+#: keywords); the other fields are checked against their annotations.
+CLUSTER_RULES = {"instances": POSITIVE_INT, "tp": POSITIVE_INT, "gpu_memory_utilization": {"gt": 0, "le": 1},
+                 "scrape_interval_s": {"ge": 0}}
+ENGINE_RULES = {"max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT, "block_size": POSITIVE_INT,
+                "max_model_len": {"integer": True, "ge": 1, "none_ok": True}}
+GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": POSITIVE_INT, "dispatch_interval_s": {"gt": 0}}
+
+
+def check_kv_blocks(field: str, value) -> None:
+    """A KV capacity per instance: an integer > 0, ``"unlimited"`` or None (derived)."""
+    if value is None or value == "unlimited":
+        return
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise invalid(field, value, "use an integer > 0, 'unlimited' or none (derived from GPU memory)")
+
+
+def _check_engine(engine, prefix: str) -> None:
+    """An EngineConfig (or a mapping of its fields) field by field."""
+    if isinstance(engine, dict):
+        check_keys(prefix, engine, [f.name for f in fields(EngineConfig)], what="field")
+        cls, values = EngineConfig, engine
+    elif is_dataclass(engine) and not isinstance(engine, type):
+        cls, values = type(engine), {f.name: getattr(engine, f.name) for f in fields(engine)}
+    else:
+        raise invalid(prefix, engine, "it must be an EngineConfig or a mapping of its fields")
+    check_fields(prefix, cls, values, ENGINE_RULES)
+
+
+def check_cluster(c, prefix: str = "cluster") -> None:
+    """A ClusterConfig: types from its annotations, ranges from :data:`CLUSTER_RULES` and
+    :data:`ENGINE_RULES`."""
+    values = {f.name: getattr(c, f.name) for f in fields(c)}
+    check_fields(prefix, type(c), values, CLUSTER_RULES, skip=("engine", "kv_blocks"))
+    check_kv_blocks(f"{prefix}.kv_blocks", c.kv_blocks)
+    _check_engine(c.engine, f"{prefix}.engine")
+
+
+def check_gateway(g, prefix: str = "gateway") -> None:
+    """A GatewayConfig: policies are names or objects, ranges from :data:`GATEWAY_RULES`."""
+    values = {f.name: getattr(g, f.name) for f in fields(g)}
+    check_fields(prefix, type(g), values, GATEWAY_RULES, skip=("router", "admission", "flow_control"))
+    for k in ("router", "admission", "flow_control"):
+        check_policy_ref(f"{prefix}.{k}", values[k], none_ok=k != "router")
+
+
+# ====================================================================== configs
 
 
 @dataclass
@@ -104,9 +157,7 @@ class ClusterConfig:
     scrape_interval_s: float = 0.05
 
     def __post_init__(self) -> None:
-        from .validation import check_cluster
-
-        check_cluster(self)  # types, ranges and the engine's fields (llmsched_gym/validation.py)
+        check_cluster(self)  # types, ranges and the engine's fields
         if isinstance(self.engine, dict):
             self.engine = EngineConfig(**self.engine)
 
@@ -154,10 +205,8 @@ class GatewayConfig:
     saturation: SaturationConfig | dict | None = None
 
     def __post_init__(self) -> None:
-        from .validation import check_gateway
-
         self.saturation = SaturationConfig.from_dict(self.saturation, "gateway.saturation")
-        check_gateway(self)  # policy references, types and ranges (llmsched_gym/validation.py)
+        check_gateway(self)  # policy references, types and ranges
 
 
 class Simulator:
@@ -267,6 +316,12 @@ class Simulator:
         v = self.view
         v.waiting, v.running, v.kv_util = ii[II_SCR_WAITING, i0:i1], ii[II_SCR_RUNNING, i0:i1], inf[IF_SCR_KV, i0:i1]
         v.in_flight, v.queued_prefill_tokens, v.kv_blocks = self.in_flight, self.queued_prefill, self.kv_blocks
+
+    @property
+    def needs_python(self) -> bool:
+        """Whether the kernel may pause this simulation for a Python policy or finish hook."""
+        ci = self._ci
+        return bool(self._python_router or ci[CI_FLOW] == FLOW_PY or ci[CI_ADMIT] == ADMIT_PY or ci[CI_LOG_FINISH])
 
     @property
     def router(self) -> RoutingPolicy | None:
@@ -528,3 +583,13 @@ def simulate_batch(specs: list[dict]) -> list[Simulator]:
     sims = [Simulator(**spec, batch=False) for spec in specs]
     SimulatorBatch(sims).run()
     return sims
+
+
+def compile_kernels() -> None:
+    """Compile (or load from numba's disk cache) the engine's kernels now, by simulating
+    two requests. Worker pools call it first, so that their processes find the kernels
+    compiled (inherited or cached) instead of all compiling them at once."""
+    w = Workload([0.0, 0.01], [64, 64], [4, 4], priority=[0, -1], hash_ids=[1, 2, 1, 3],
+                 hash_offsets=[0, 2, 4], hash_block_tokens=16)
+    Simulator(w, ClusterConfig(instances=2, kv_blocks=100),
+              GatewayConfig(router="jsq", flow_control="soft-reflective-ceiling")).run()

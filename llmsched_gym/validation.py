@@ -12,7 +12,12 @@ naming the field, the value and what is allowed, e.g.::
 The CLI prints that line and exits with code 2 (see docs/architecture.md, "Bad input").
 
 Types come from annotations and are checked with pydantic in strict mode (no string to
-number, no bool to int, no non-finite floats); ranges come from the rule tables below.
+number, no bool to int, no non-finite floats); ranges come from rule tables kept next to
+what they check (``CLUSTER_RULES`` / ``ENGINE_RULES`` / ``GATEWAY_RULES`` in
+:mod:`llmsched_gym.simulator`, ``SCENARIO_OVERRIDE_RULES`` in :mod:`llmsched_gym.scenarios`,
+``FLAG_RULES`` in :mod:`llmsched_gym.flags`, ``ENV_KEYWORDS`` in
+:mod:`llmsched_gym.envs.core`). The checkers here are generic: the lowest layer, importing
+nothing of the package but :mod:`llmsched_gym.errors`.
 Results are written atomically (:func:`atomic_write_text`): a temporary file in the
 target directory, then ``os.replace``, so a failed write never leaves a partial file.
 """
@@ -216,9 +221,17 @@ def signature_params(func) -> list[tuple[str, object, object]]:
     A parameter without an annotation takes its default's type (bool, int, float, str).
     """
     try:
+        return list(_signature_params(func))
+    except TypeError:  # unhashable callable
+        return list(_signature_params.__wrapped__(func))
+
+
+@functools.lru_cache(maxsize=512)
+def _signature_params(func) -> tuple:
+    try:
         sig = inspect.signature(func)
     except (TypeError, ValueError):
-        return []
+        return ()
     hints = _hints(func)
     out = []
     for name, p in sig.parameters.items():
@@ -228,10 +241,18 @@ def signature_params(func) -> list[tuple[str, object, object]]:
         if tp is None and type(p.default) in (bool, int, float, str):
             tp = type(p.default)
         out.append((name, tp, p.default))
-    return out
+    return tuple(out)
 
 
 def _accepts_var_keywords(func) -> bool:
+    try:
+        return _var_keywords(func)
+    except TypeError:  # unhashable callable
+        return _var_keywords.__wrapped__(func)
+
+
+@functools.lru_cache(maxsize=512)
+def _var_keywords(func) -> bool:
     try:
         return any(p.kind == p.VAR_KEYWORD for p in inspect.signature(func).parameters.values())
     except (TypeError, ValueError):
@@ -280,17 +301,14 @@ def check_call_kwargs(owner: str, func, kwargs: dict, *, what: str = "parameter"
     return out
 
 
-# ====================================================================== configuration dataclasses
-_POS_INT = {"integer": True, "ge": 1}
-CLUSTER_RULES = {"instances": _POS_INT, "tp": _POS_INT, "gpu_memory_utilization": {"gt": 0, "le": 1},
-                 "scrape_interval_s": {"ge": 0}}
-ENGINE_RULES = {"max_num_seqs": _POS_INT, "max_num_batched_tokens": _POS_INT, "block_size": _POS_INT,
-                "max_model_len": {"integer": True, "ge": 1, "none_ok": True}}
-GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": _POS_INT, "dispatch_interval_s": {"gt": 0}}
+# ====================================================================== rule tables
+#: The rule of a count that must be at least one (``check_number(field, v, **POSITIVE_INT)``).
+POSITIVE_INT = {"integer": True, "ge": 1}
 
 
 def check_fields(prefix: str, cls, values: dict, rules: dict, skip=()) -> None:
-    """Each of ``values`` (fields of dataclass ``cls``) against its rule or annotation."""
+    """Each of ``values`` (fields of dataclass ``cls``) against its rule in ``rules``
+    (keywords of :func:`check_number`) or, without one, its annotation."""
     hints = _class_hints(cls)
     for name, v in values.items():
         if name in skip:
@@ -310,135 +328,8 @@ def _class_hints(cls) -> dict:
         return {}
 
 
-def check_kv_blocks(field: str, value) -> None:
-    if value is None or value == "unlimited":
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise invalid(field, value, "use an integer > 0, 'unlimited' or none (derived from GPU memory)")
-
-
-def check_engine(engine, prefix: str = "engine") -> None:
-    """An EngineConfig (or its dict) field by field."""
-    from dataclasses import fields, is_dataclass
-
-    from .simulator import EngineConfig  # the engine the simulator runs
-
-    if isinstance(engine, dict):
-        check_keys(prefix, engine, [f.name for f in fields(EngineConfig)], what="field")
-        cls, values = EngineConfig, engine
-    elif is_dataclass(engine) and not isinstance(engine, type):
-        cls, values = type(engine), {f.name: getattr(engine, f.name) for f in fields(engine)}
-    else:
-        raise invalid(prefix, engine, "it must be an EngineConfig or a mapping of its fields")
-    check_fields(prefix, cls, values, ENGINE_RULES)
-
-
-def check_cluster(c, prefix: str = "cluster") -> None:
-    """A ClusterConfig: types from its annotations, ranges from :data:`CLUSTER_RULES`."""
-    from dataclasses import fields
-
-    values = {f.name: getattr(c, f.name) for f in fields(c)}
-    check_fields(prefix, type(c), values, CLUSTER_RULES, skip=("engine", "kv_blocks"))
-    check_kv_blocks(f"{prefix}.kv_blocks", c.kv_blocks)
-    check_engine(c.engine, f"{prefix}.engine")
-
-
-def check_policy_ref(field: str, value, *, none_ok: bool = True) -> None:
-    """A policy given as a name/spec string, a Policy object, or None."""
-    from .gateway.policy import Policy
-
-    if value is None and none_ok or isinstance(value, Policy):
-        return
-    check_name(field, value, what="a policy name (see `llmsched-gym policies`)")
-
-
-def check_gateway(g, prefix: str = "gateway") -> None:
-    """A GatewayConfig: policies are names or objects, ranges from :data:`GATEWAY_RULES`."""
-    from dataclasses import fields
-
-    values = {f.name: getattr(g, f.name) for f in fields(g)}
-    check_fields(prefix, type(g), values, GATEWAY_RULES, skip=("router", "admission", "flow_control"))
-    for k in ("router", "admission", "flow_control"):
-        check_policy_ref(f"{prefix}.{k}", values[k], none_ok=k != "router")
-
-
-# ====================================================================== scenarios
-#: make_scenario keywords: numeric rules (the rest are names, policies or paths).
-SCENARIO_OVERRIDE_RULES = {
-    "qps": {"gt": 0}, "load": {"gt": 0}, "paper_qps": {"gt": 0},
-    "instances": _POS_INT, "horizon_s": {"gt": 0, "none_ok": True}, "capacity_horizon_s": {"gt": 0},
-    "duration_s": {"gt": 0}, "num_requests": _POS_INT, "scrape_interval_s": {"ge": 0},
-}
-
-
-def check_scenario_overrides(overrides: dict) -> None:
-    """Types and ranges of ``make_scenario`` keywords (names are checked by the caller)."""
-    for k, v in overrides.items():
-        if v is None and k in ("qps", "load", "paper_qps"):
-            continue  # not given
-        if k in SCENARIO_OVERRIDE_RULES:
-            check_number(k, v, **SCENARIO_OVERRIDE_RULES[k])
-        elif k in ("hardware", "model", "latency_model"):
-            check_name(k, v)
-        elif k == "kv_blocks":
-            check_kv_blocks(k, v)
-        elif k in ("router", "flow_control", "admission"):
-            check_policy_ref(k, v, none_ok=k != "router")
-        elif k == "trace_path":
-            if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
-                raise invalid(k, v, "it must be a file path")
-
-
 # ====================================================================== environments
 #: Environment keywords besides the scenario overrides (see docs/environments.md).
-ENV_KEYWORDS = ("scenario", "reward", "horizon", "observation", "reward_scale", "unserved_penalty_s",
-                "priority_weights", "control_interval", "router", "flow_control", "admission")
-
-
-def check_env_keywords(kind: str, kwargs: dict) -> None:
-    """Names, types and ranges of an environment's constructor keywords."""
-    from .scenarios import _OVERRIDES, Scenario
-
-    allowed = list(ENV_KEYWORDS) + sorted(_OVERRIDES - set(ENV_KEYWORDS))
-    unknown = [k for k in kwargs if k not in allowed]
-    env = {"routing": "Routing", "flow_control": "FlowControl", "admission": "Admission"}.get(kind, kind)
-    if unknown:
-        raise ConfigError(f"llmsched/{env}-v0: unknown keyword{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
-    sc = kwargs.get("scenario")
-    if sc is not None and not isinstance(sc, (Scenario, os.PathLike)):
-        check_name("scenario", sc, what="a scenario name or YAML path")
-    if kwargs.get("horizon", ...) is not ...:
-        check_number("horizon", kwargs["horizon"], gt=0, none_ok=True)
-    if "reward_scale" in kwargs:
-        check_number("reward_scale", kwargs["reward_scale"], gt=0)
-    if "unserved_penalty_s" in kwargs:
-        check_number("unserved_penalty_s", kwargs["unserved_penalty_s"], ge=0, none_ok=True)
-    if "control_interval" in kwargs:
-        check_number("control_interval", kwargs["control_interval"], gt=0)
-    if "reward" in kwargs:
-        check_name("reward", kwargs["reward"], what="a reward name")
-    pw = kwargs.get("priority_weights")
-    if pw is not None:
-        if not isinstance(pw, dict):
-            raise invalid("priority_weights", pw, "it must be a mapping {priority (integer): weight >= 0}")
-        for p, w in pw.items():
-            if isinstance(p, bool) or not isinstance(p, numbers.Integral):
-                raise invalid("priority_weights", pw, "its keys must be integer priorities (0 critical, -1 sheddable)")
-            check_number(f"priority_weights[{p!r}]", w, ge=0)
-    obs = kwargs.get("observation")
-    if obs is not None:
-        if not isinstance(obs, dict):
-            raise invalid("observation", obs, "it must be a mapping with keys exclude, normalize")
-        if "normalize" in obs:
-            check_typed("observation['normalize']", obs["normalize"], bool)
-        ex = obs.get("exclude", ())
-        if isinstance(ex, str) or not isinstance(ex, (list, tuple, set)) or not all(isinstance(x, str) for x in ex):
-            raise invalid("observation['exclude']", ex, "it must be a list of observation key names")
-    check_scenario_overrides({k: v for k, v in kwargs.items() if k in _OVERRIDES})
-
-
-# ====================================================================== optional extras
 def require_extra(feature: str, modules=RL_MODULES, extra: str = "rl") -> None:
     """Raise MissingExtraError (one line: what is missing and how to install it) unless
     every module of ``modules`` imports."""

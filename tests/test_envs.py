@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import llmsched_gym  # noqa: F401  (registers the environments)
+from llmsched_gym.engine.requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from llmsched_gym.envs import BaselineAgent, episode_cost, run_episode
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.evaluation.metrics import summarize
-from llmsched_gym.engine.requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from llmsched_gym.scenarios import make_scenario
 
 IDS = ["llmsched/Routing-v0", "llmsched/FlowControl-v0", "llmsched/Admission-v0"]

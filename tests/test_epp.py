@@ -11,6 +11,7 @@ import yaml
 
 from llmsched_gym import make_scenario
 from llmsched_gym.cli import main
+from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.epp import (
     canonical_policies,
     dump_epp_config,
@@ -18,7 +19,6 @@ from llmsched_gym.gateway.epp import (
     load_epp_config,
     to_epp_config,
 )
-from llmsched_gym.errors import ConfigError
 from llmsched_gym.scenarios import load_scenario
 from llmsched_gym.simulator import GatewayConfig
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmsched_gym.errors import ConfigError
-from llmsched_gym.engine.hardware import HARDWARE, MODELS, ModelConfig, get_hardware, get_model, kv_capacity_blocks
+from llmsched_gym.engine.hardware import (
+    HARDWARE,
+    MODELS,
+    ModelConfig,
+    get_hardware,
+    get_model,
+    kv_capacity_blocks,
+)
 from llmsched_gym.engine.latency import (
     LINEAR_PRESETS,
     LinearModel,
@@ -14,6 +20,7 @@ from llmsched_gym.engine.latency import (
     TrainedPhysicsModel,
     make_latency_model,
 )
+from llmsched_gym.errors import ConfigError
 
 EMPTY = np.zeros(0, dtype=np.int64)
 

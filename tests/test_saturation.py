@@ -11,7 +11,12 @@ import pytest
 
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import make_policy
-from llmsched_gym.gateway.saturation import SaturationConfig, endpoint_filter, pool_saturation, saturation_of_view
+from llmsched_gym.gateway.saturation import (
+    SaturationConfig,
+    endpoint_filter,
+    pool_saturation,
+    saturation_of_view,
+)
 from llmsched_gym.gateway.view import RequestInfo
 
 W = np.array([0, 10, 2])          # waiting per instance

@@ -9,11 +9,17 @@ import pytest
 import yaml
 from conftest import TRACES as SHARED
 
-from llmsched_gym.workloads import trace_registry as reg
 from llmsched_gym.cli import main
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.scenarios import TraceSource, load_scenario
-from llmsched_gym.workloads.trace_registry import TraceChecksumError, TraceEntry, download, locate, sha256_file
+from llmsched_gym.workloads import trace_registry as reg
+from llmsched_gym.workloads.trace_registry import (
+    TraceChecksumError,
+    TraceEntry,
+    download,
+    locate,
+    sha256_file,
+)
 
 ROWS = "".join(json.dumps({"timestamp": 1000 * i, "input_length": 600, "output_length": 3, "hash_ids": [0, i + 1]})
                + "\n" for i in range(4))

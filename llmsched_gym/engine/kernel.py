@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .borrow import borrowed
 from .layout import (
     ADMIT_ALWAYS,
     ADMIT_LEGACY,
@@ -1468,6 +1469,13 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
 def advance(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob, lat_p,
             heap_t, heap_r, log, bkey, ix, win_t, win_c, ccount, rngs, active, until):
     """Advance every cluster ``c`` with ``active[c]`` to ``until[c]`` or its next pause."""
+    req_i, req_f, unit_i, inst_i, inst_f, ent = (borrowed(req_i), borrowed(req_f), borrowed(unit_i),
+                                                 borrowed(inst_i), borrowed(inst_f), borrowed(ent))
+    run, seg, clu_i, clu_f, bq, ceil_ext = (borrowed(run), borrowed(seg), borrowed(clu_i), borrowed(clu_f),
+                                            borrowed(bq), borrowed(ceil_ext))
+    aprob, lat_p, heap_t, heap_r, log, bkey = (borrowed(aprob), borrowed(lat_p), borrowed(heap_t),
+                                               borrowed(heap_r), borrowed(log), borrowed(bkey))
+    ix, win_t, win_c, ccount = borrowed(ix), borrowed(win_t), borrowed(win_c), borrowed(ccount)
     for c in range(len(active)):
         if active[c]:
             _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext,

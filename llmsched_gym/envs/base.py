@@ -5,17 +5,8 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from .core import make_setup
-
-
-def check_workload_seed(ws) -> int:
-    if isinstance(ws, (bool, np.bool_)) or not isinstance(ws, (int, np.integer)) or ws < 0:
-        raise ValueError(f"options['workload_seed'] must be an integer >= 0, got {ws!r}")
-    return int(ws)
-
-
-def draw_workload_seed(rng: np.random.Generator) -> int:
-    return int(rng.integers(2**31 - 1))
+from .core import check_workload_seed, draw_workload_seed, make_setup
+from .vector import VECTOR_ENVS
 
 
 class LLMSchedEnv(gym.Env):
@@ -30,8 +21,6 @@ class LLMSchedEnv(gym.Env):
     kind = ""
 
     def __init__(self, **kwargs):
-        from .vector import VECTOR_ENVS
-
         self.setup = make_setup(self.kind, **kwargs)
         self.observation_space = self.setup.observation_space
         self.action_space = self.setup.action_space
@@ -57,14 +46,19 @@ class LLMSchedEnv(gym.Env):
             raise RuntimeError("the episode is over; call reset() before step()")
         a = np.asarray([self.driver.check_action(action)])  # validated, with the single env's messages
         vec = self._vec
-        obs, rewards, term, trunc, infos = vec._step_batched(a) if vec._fast else vec.step(a)
-        info = self._info_of(infos)
+        if vec._fast:
+            rewards, term, trunc, _ = vec._advance_batched(a)
+            obs = vec._obs_of(0) if vec._obs_fused else self._one(vec._obs())
+            info = vec._info_of(0)
+        else:
+            obs, rewards, term, trunc, infos = vec.step(a)
+            obs, info = self._one(obs), self._info_of(infos)
         terminated, truncated = bool(term[0]), bool(trunc[0])
         if terminated or truncated:
             self.driver.over = True
             info["episode"] = self._vec.last_final_info[0]["episode"]
         self.driver._last_arrivals = self._vec._arrival_rate[0]
-        return self._one(obs), float(rewards[0]), terminated, truncated, info
+        return obs, float(rewards[0]), terminated, truncated, info
 
     # ------------------------------------------------------------------ helpers
     @property

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..engine.kernel import cached_tokens, dispatch_to, fits_all, pairwise_sum
+from ..engine.borrow import borrowed
+from ..engine.kernel import advance, cached_tokens, dispatch_to, fits_all, pairwise_sum
 from ..engine.layout import (
     BQ_HEAD,
     BQ_LEN,
@@ -44,6 +45,8 @@ from ..engine.layout import (
     RI_CLOSED,
     RI_INPUT,
     RI_OUTCOME,
+    ST_DONE,
+    ST_HORIZON,
     ST_ROUTE,
     ST_TIME,
 )
@@ -186,3 +189,93 @@ def arrival_rates(req_i, clu_i, sim_bands, prev, interval, out):
             out[c, sim_bands[c, req_i[RI_BAND, r0 + k]]] += 1.0
         for b in range(out.shape[1]):
             out[c, b] = out[c, b] / interval
+
+
+# ===================================================================== fused step
+#: The raw observation buffers of :func:`observe`, in this order (observed or not).
+RAW_KEYS = ("saturation", "running", "waiting", "kv_util", "in_flight", "prefill_tokens", "band_length",
+            "band_oldest_wait", "prefix_hit", "request", "band_arrival_rate")
+#: Normalization codes of core.TRANSFORMS ("frac" and "sat" are the identity).
+NORM_CODES = {"count": 0, "tokens": 1, "time": 2, "frac": 3, "sat": 3, "request": 4}
+_LOG2 = np.log(2.0)
+_COUNT_DIV, _TOKENS_DIV, _TIME_DIV = 10 * _LOG2, 20 * _LOG2, 16 * _LOG2  # core._count, _tokens, _time
+
+
+@njit(cache=True)
+def _normalize(x, out, code, high, normalize):
+    """core.normalize_obs of one key, into the float32 buffer ``out``."""
+    C, K = x.shape
+    for c in range(C):
+        for k in range(K):
+            v = x[c, k]
+            if normalize:
+                f = code if code != 4 else (1 if k < 2 else (2 if k == 3 else 3))  # request: tokens, tokens, -, time
+                if f == 0:
+                    v = np.log1p(v) / _COUNT_DIV
+                elif f == 1:
+                    v = np.log1p(v) / _TOKENS_DIV
+                elif f == 2:
+                    v = np.log1p(v * 100.0) / _TIME_DIV
+            if v < 0.0:
+                v = 0.0
+            if normalize and v > high:
+                v = high
+            out[c, k] = v
+
+
+@njit(cache=True)
+def observe(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, sim_bands, n_bands, routing, raw,
+            raw_off, arrival_rate, keys, codes, highs, normalize, out, out_off, masks):
+    """Every cluster's raw observation (``raw``: the keys of RAW_KEYS as column blocks
+    at ``raw_off``), the observed keys ``keys`` normalized into ``out`` (column blocks at
+    ``out_off``), and (Routing) the action masks."""
+    o = raw_off
+    req_i, req_f, unit_i, inst_i, inst_f, ent = (borrowed(req_i), borrowed(req_f), borrowed(unit_i),
+                                                 borrowed(inst_i), borrowed(inst_f), borrowed(ent))
+    clu_i, clu_f, bq, raw, out = borrowed(clu_i), borrowed(clu_f), borrowed(bq), borrowed(raw), borrowed(out)
+    common_obs(req_f, inst_i, inst_f, clu_i, clu_f, bq, sim_bands, raw[:, o[0]:o[1]], raw[:, o[1]:o[2]],
+               raw[:, o[2]:o[3]], raw[:, o[3]:o[4]], raw[:, o[4]:o[5]], raw[:, o[5]:o[6]], raw[:, o[6]:o[7]],
+               raw[:, o[7]:o[8]])
+    if routing:
+        routing_obs(req_i, req_f, unit_i, inst_i, ent, clu_i, clu_f, sim_bands, n_bands, raw[:, o[8]:o[9]],
+                    raw[:, o[9]:o[10]])
+        action_masks(req_i, inst_i, clu_i, masks)
+    else:
+        raw[:, o[10]:o[11]] = arrival_rate
+    for k in range(len(keys)):
+        j = keys[k]
+        _normalize(raw[:, o[j]:o[j + 1]], out[:, out_off[k]:out_off[k + 1]], codes[k], highs[k], normalize)
+
+
+@njit(cache=True)
+def step(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob, lat_p, heap_t,
+         heap_r, log, bkey, ix, win_t, win_c, ccount, rngs, routing, choices, until, prev, interval, arrival_rate,
+         sim_bands, trk, wband, e2e, penalty, scale, steps, status, terminated, truncated, rewards):
+    """One step of every cluster whose policies are all compiled: apply the routing
+    ``choices`` (Routing), advance each cluster to its next decision or ``until[c]``, count
+    the interval's arrivals per band (interval kinds) and advance the cost trackers.
+    Returns whether any cluster's episode ended."""
+    C = clu_i.shape[1]
+    req_i, req_f, unit_i, inst_i, inst_f, ent = (borrowed(req_i), borrowed(req_f), borrowed(unit_i),
+                                                 borrowed(inst_i), borrowed(inst_f), borrowed(ent))
+    clu_i, clu_f, heap_t, heap_r, bkey, ix = (borrowed(clu_i), borrowed(clu_f), borrowed(heap_t), borrowed(heap_r),
+                                              borrowed(bkey), borrowed(ix))
+    if routing:
+        route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, choices)
+    else:
+        for c in range(C):
+            prev[c] = clu_i[CI_PTR, c]
+    advance(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, aprob, lat_p, heap_t,
+            heap_r, log, bkey, ix, win_t, win_c, ccount, rngs, np.ones(C, np.bool_), until)
+    if not routing:
+        arrival_rates(req_i, clu_i, sim_bands, prev, interval, arrival_rate)
+    done = np.empty(C, np.bool_)
+    for c in range(C):
+        s = clu_i[CI_STATUS, c]
+        status[c] = s
+        terminated[c] = s == ST_DONE
+        truncated[c] = s == ST_HORIZON
+        done[c] = terminated[c] or truncated[c]
+        steps[c] += 1
+    track_costs(req_i, req_f, clu_i, clu_f, trk, wband, e2e, penalty, scale, done, rewards)
+    return done.any()

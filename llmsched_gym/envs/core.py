@@ -11,17 +11,19 @@ the same trajectory for the same actions.
 
 from __future__ import annotations
 
+import numbers
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 from gymnasium import spaces
 
 from ..engine import layout
+from ..engine.requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..errors import ConfigError
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
-from ..engine.requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
-from ..scenarios import Scenario, make_scenario
-from ..validation import check_env_keywords
+from ..scenarios import _OVERRIDES, Scenario, check_scenario_overrides, make_scenario
+from ..validation import check_name, check_number, check_typed, invalid
 
 DEFAULT_SCENARIO = "codegen"
 DEFAULT_QPS = 12.0  # codegen: ~0.8 of its published 15 req/s capacity
@@ -96,6 +98,18 @@ COMMON_KEYS = [
     ObsKey("kv_util", "I", "frac"), ObsKey("in_flight", "I", "count"), ObsKey("prefill_tokens", "I", "tokens"),
     ObsKey("band_length", "B", "count"), ObsKey("band_oldest_wait", "B", "time"),
 ]
+
+
+# ============================================================================ seeding
+def check_workload_seed(ws) -> int:
+    if isinstance(ws, (bool, np.bool_)) or not isinstance(ws, (int, np.integer)) or ws < 0:
+        raise ValueError(f"options['workload_seed'] must be an integer >= 0, got {ws!r}")
+    return int(ws)
+
+
+def draw_workload_seed(rng: np.random.Generator) -> int:
+    return int(rng.integers(2**31 - 1))
+
 
 
 # ============================================================================ configuration
@@ -425,8 +439,8 @@ class Driver:
         self.steps = 0
         self.over = False
         self._sim_bands = np.array([self._band_index[p] for p in self.sim.band_priorities], np.int64)
-        self._req_band = np.array([self._band_index[int(p)] for p in self.sim.table.priority], np.int64) \
-            if self.sim.table.n else np.zeros(0, np.int64)
+        prios, of_request = np.unique(self.sim.table.priority, return_inverse=True)
+        self._req_band = np.array([self._band_index[int(p)] for p in prios], np.int64)[of_request]
         if self.observer is not None:
             self.attach_observer()
         status = self._start()
@@ -635,11 +649,60 @@ DRIVERS = {"routing": RoutingDriver, "flow_control": FlowControlDriver, "admissi
 
 ROUTING_KEYS = [ObsKey("prefix_hit", "I", "frac"), ObsKey("request", "4", "request")]
 INTERVAL_KEYS = [ObsKey("band_arrival_rate", "B", "count")]
+ALL_OBS_KEYS = COMMON_KEYS + ROUTING_KEYS + INTERVAL_KEYS
+
+
+ENV_KEYWORDS = ("scenario", "reward", "horizon", "observation", "reward_scale", "unserved_penalty_s",
+                "priority_weights", "control_interval", "router", "flow_control", "admission")
+
+
+def check_env_keywords(kind: str, kwargs: dict) -> None:
+    """Names, types and ranges of an environment's constructor keywords."""
+    allowed = list(ENV_KEYWORDS) + sorted(_OVERRIDES - set(ENV_KEYWORDS))
+    unknown = [k for k in kwargs if k not in allowed]
+    env = {"routing": "Routing", "flow_control": "FlowControl", "admission": "Admission"}.get(kind, kind)
+    if unknown:
+        raise ConfigError(f"llmsched/{env}-v0: unknown keyword{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
+    sc = kwargs.get("scenario")
+    if sc is not None and not isinstance(sc, (Scenario, os.PathLike)):
+        check_name("scenario", sc, what="a scenario name or YAML path")
+    if kwargs.get("horizon", ...) is not ...:
+        check_number("horizon", kwargs["horizon"], gt=0, none_ok=True)
+    if "reward_scale" in kwargs:
+        check_number("reward_scale", kwargs["reward_scale"], gt=0)
+    if "unserved_penalty_s" in kwargs:
+        check_number("unserved_penalty_s", kwargs["unserved_penalty_s"], ge=0, none_ok=True)
+    if "control_interval" in kwargs:
+        check_number("control_interval", kwargs["control_interval"], gt=0)
+    if "reward" in kwargs:
+        check_name("reward", kwargs["reward"], what="a reward name")
+    pw = kwargs.get("priority_weights")
+    if pw is not None:
+        if not isinstance(pw, dict):
+            raise invalid("priority_weights", pw, "it must be a mapping {priority (integer): weight >= 0}")
+        for p, w in pw.items():
+            if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+                raise invalid("priority_weights", pw, "its keys must be integer priorities (0 critical, -1 sheddable)")
+            check_number(f"priority_weights[{p!r}]", w, ge=0)
+    obs = kwargs.get("observation")
+    if obs is not None:
+        if not isinstance(obs, dict):
+            raise invalid("observation", obs, "it must be a mapping with keys exclude, normalize")
+        if "normalize" in obs:
+            check_typed("observation['normalize']", obs["normalize"], bool)
+        ex = obs.get("exclude", ())
+        if isinstance(ex, str) or not isinstance(ex, (list, tuple, set)) or not all(isinstance(x, str) for x in ex):
+            raise invalid("observation['exclude']", ex, "it must be a list of observation key names")
+    check_scenario_overrides({k: v for k, v in kwargs.items() if k in _OVERRIDES})
+
+
+# ====================================================================== optional extras
 
 
 def make_setup(kind: str, **kwargs) -> Setup:
     """Setup of one environment kind, with its action space."""
-    check_env_keywords(kind, kwargs)  # names, types and ranges (llmsched_gym/validation.py)
+    check_env_keywords(kind, kwargs)
     fixed = {"routing": "router", "flow_control": "flow_control", "admission": "admission"}.get(kind)
     if fixed in kwargs and kwargs[fixed] is not None:
         raise ConfigError(f"{fixed}= is the agent's decision in this environment; it cannot be set")

@@ -39,8 +39,16 @@ from gymnasium.vector.utils import batch_space
 from ..engine.layout import BQ_LEN, CF_NEXT_CYCLE, CF_NOW, CI_PTR, ST_DONE, ST_HORIZON, STATUS_NAMES
 from ..simulator import SimulatorBatch
 from . import batched
-from .base import check_workload_seed, draw_workload_seed
-from .core import DRIVERS, make_setup, normalize_obs, raw_buffers
+from .core import (
+    ALL_OBS_KEYS,
+    DRIVERS,
+    TRANSFORMS,
+    check_workload_seed,
+    draw_workload_seed,
+    make_setup,
+    normalize_obs,
+    raw_buffers,
+)
 
 #: Slot room per cluster for the next episodes' workloads (a larger one regrows the state).
 SLOT_SLACK = 1.25
@@ -79,9 +87,35 @@ class LLMSchedVectorEnv(VectorEnv):
         self._sim_bands = np.zeros((n, 0), np.int64)  # see _band_tables
         self._wband = np.zeros((n, 0))
         self._rngs: list[np.random.Generator | None] = [None] * n
-        self._raw = raw_buffers(self.setup, n)
-        self._scratch: dict[str, np.ndarray] = {}
         self._final_raw = raw_buffers(self.setup, 1)
+        self._python = np.zeros(n, bool)  # per cluster: whether the kernel may pause for a Python policy
+        self._compiled = False  # no cluster may: steps are one fused call (see _step_fused)
+        self._fused_buffers()
+
+    def _fused_buffers(self) -> None:
+        """The raw observations as column blocks of one array (every key of
+        batched.RAW_KEYS, observed or not; ``self._raw`` holds views of the observed ones),
+        the normalized observations likewise in one float32 array, and the action masks:
+        the compiled observation pass takes each as a single argument."""
+        n, s = self.num_envs, self.setup
+        sizes = {k.name: s.sizes(k)[0] for k in ALL_OBS_KEYS}
+        self._raw_off = np.cumsum([0] + [sizes[k] for k in batched.RAW_KEYS]).astype(np.int64)
+        self._raw_flat = np.zeros((n, int(self._raw_off[-1])))
+        keys = s.obs_keys
+        at = {k: (int(self._raw_off[j]), int(self._raw_off[j + 1])) for j, k in enumerate(batched.RAW_KEYS)}
+        self._raw = {k.name: self._raw_flat[:, slice(*at[k.name])] for k in keys}
+        self._obs_index = np.array([batched.RAW_KEYS.index(k.name) for k in keys], np.int64)
+        self._obs_codes = np.array([batched.NORM_CODES[k.transform] for k in keys], np.int64)
+        self._obs_high = np.array([TRANSFORMS[k.transform][0] for k in keys])
+        self._out_off = np.cumsum([0] + [sizes[k.name] for k in keys]).astype(np.int64)
+        self._out_flat = np.zeros((n, int(self._out_off[-1])), np.float32)
+        self._out_cols = [(k.name, slice(int(self._out_off[j]), int(self._out_off[j + 1])))
+                          for j, k in enumerate(keys)]
+        self._obs_fused = False  # whether the last observation pass was the compiled one
+        self._masks = np.ones((n, s.num_instances), bool)
+        self._status = np.zeros(n, np.int64)
+        self._prev = np.zeros(n, np.int64)
+        self._no_end = np.full(n, np.inf)
 
     # ------------------------------------------------------------------ API
     def reset(self, *, seed=None, options: dict | None = None):
@@ -117,8 +151,10 @@ class LLMSchedVectorEnv(VectorEnv):
             d.start()
         self._band_tables(range(n))
         self._episode_start(range(n))
+        self._python = np.array([d.sim.needs_python for d in self.drivers])
+        self._compiled = self._batched_ok and not self._python.any()
         self._write_obs()
-        return normalize_obs(self.setup, self._raw), self._infos()
+        return self._obs(), self._infos()
 
     @property
     def _fast(self) -> bool:
@@ -152,15 +188,25 @@ class LLMSchedVectorEnv(VectorEnv):
                 if self.autoreset:
                     self._next_episode(i)
             d.write_obs(self._raw, i)
+        self._obs_fused = False
         infos = self._infos()
         if final_obs is not None:
             done = terminated | truncated
             infos["final_obs"], infos["_final_obs"] = final_obs, done.copy()
             infos["final_info"], infos["_final_info"] = final_info, done.copy()
-        return normalize_obs(self.setup, self._raw), rewards, terminated, truncated, infos
+        return self._obs(), rewards, terminated, truncated, infos
 
     def _step_batched(self, actions: np.ndarray):
-        """One Routing step of every cluster in a few compiled calls (see the module docstring)."""
+        """One step of every cluster in a few compiled calls (see the module docstring)."""
+        rewards, terminated, truncated, ended = self._advance_batched(actions)
+        return self._obs(), rewards, terminated, truncated, {**self._infos(), **ended}
+
+    def _advance_batched(self, actions: np.ndarray):
+        """Apply validated actions and advance every cluster: (rewards, terminated,
+        truncated, the final_obs / final_info entries of the clusters whose episode ended);
+        the observations are in the buffers (:meth:`_obs`)."""
+        if self._compiled:
+            return self._step_fused(actions)
         n = self.num_envs
         st = self.batch.state
         s = self.setup
@@ -169,18 +215,7 @@ class LLMSchedVectorEnv(VectorEnv):
             batched.route_all(st.req_i, st.req_f, st.unit_i, st.inst_i, st.inst_f, st.ent, st.clu_i, st.clu_f,
                               st.heap_t, st.heap_r, st.bkey, st.ix, actions)
         else:
-            B = st.num_bands
-            if self.kind == "flow_control":
-                self._ceilings = np.minimum.accumulate(actions, axis=1)
-                st.ceil_ext[:, :B] = np.take_along_axis(self._ceilings, self._sim_bands[:, :B], axis=1)
-                # wake the dispatch loop of every cluster with a queue (Simulator.wake_dispatch)
-                queued = st.bq[BQ_LEN].any(axis=1)
-                st.clu_f[CF_NEXT_CYCLE] = np.where(queued, np.minimum(st.clu_f[CF_NEXT_CYCLE], st.clu_f[CF_NOW]),
-                                                   st.clu_f[CF_NEXT_CYCLE])
-            else:
-                self._probs[:, list(s.sheddable)] = actions
-                st.aprob[:, :B] = np.take_along_axis(self._probs, self._sim_bands[:, :B], axis=1)
-            self._t += s.control_interval
+            self._apply_interval_actions(actions)
             until = self._t
             prev = st.clu_i[CI_PTR].copy()
         status = SimulatorBatch.advance_clusters(st, dict(enumerate(self.batch.sims)), list(range(n)), until)
@@ -194,28 +229,69 @@ class LLMSchedVectorEnv(VectorEnv):
         rewards = np.zeros(n)
         batched.track_costs(st.req_i, st.req_f, st.clu_i, st.clu_f, self._trk, self._wband,
                             s.reward == "e2e", s.unserved_penalty_s, s.reward_scale, done, rewards)
-        infos = {}
-        if done.any():
-            final_obs = np.full(n, None, dtype=object)
-            final_info = {}
-            per = self._infos()
-            for i in np.flatnonzero(done).tolist():
-                d = self.drivers[i]
-                d._last_arrivals = self._arrival_rate[i].copy()
-                d.write_obs(self._final_raw, 0)
-                final_obs[i] = {k: v[0] for k, v in normalize_obs(s, self._final_raw).items()}
-                fi = {k: per[k][i] for k in per if not k.startswith("_")}
-                fi["episode"] = {"return": -self._trk[batched.T_TOTAL, i] * s.reward_scale,
-                                 "length": int(self._steps[i]), "seed": d.seed, "metrics": d.summary()}
-                self.last_final_info[i] = fi
-                final_info = self._add_info(final_info, fi, i)
-                if self.autoreset:
-                    self._next_episode(i)
-            infos["final_obs"], infos["_final_obs"] = final_obs, done.copy()
-            infos["final_info"], infos["_final_info"] = final_info, done.copy()
+        ended = self._end_episodes(done) if done.any() else {}
         self._write_obs()
-        infos = {**self._infos(), **infos}
-        return normalize_obs(s, self._raw), rewards, terminated, truncated, infos
+        return rewards, terminated, truncated, ended
+
+    def _step_fused(self, actions: np.ndarray):
+        """_advance_batched when every policy is compiled: one compiled call applies the
+        actions, advances every cluster and its cost tracker, one fills the observations."""
+        st, s, n = self.batch.state, self.setup, self.num_envs
+        routing = self.kind == "routing"
+        if routing:
+            choices, until = actions, self._no_end
+        else:
+            self._apply_interval_actions(actions)
+            choices, until = self._prev, self._t  # no routing choices
+        terminated, truncated, rewards = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n)
+        ended = batched.step(*st.arrays(), routing, choices, until, self._prev, s.control_interval,
+                             self._arrival_rate, self._sim_bands, self._trk, self._wband, s.reward == "e2e",
+                             s.unserved_penalty_s, s.reward_scale, self._steps, self._status, terminated, truncated,
+                             rewards)
+        final = self._end_episodes(terminated | truncated) if ended else {}
+        self._observe()
+        return rewards, terminated, truncated, final
+
+    def _apply_interval_actions(self, actions: np.ndarray) -> None:
+        """FlowControl: the ceilings (cumulative minimum); Admission: the rejection
+        probabilities; either way the end of the next control interval."""
+        st, s = self.batch.state, self.setup
+        B = st.num_bands
+        if self.kind == "flow_control":
+            self._ceilings = np.minimum.accumulate(actions, axis=1)
+            st.ceil_ext[:, :B] = np.take_along_axis(self._ceilings, self._sim_bands[:, :B], axis=1)
+            # wake the dispatch loop of every cluster with a queue (Simulator.wake_dispatch)
+            queued = st.bq[BQ_LEN].any(axis=1)
+            st.clu_f[CF_NEXT_CYCLE] = np.where(queued, np.minimum(st.clu_f[CF_NEXT_CYCLE], st.clu_f[CF_NOW]),
+                                               st.clu_f[CF_NEXT_CYCLE])
+        else:
+            self._probs[:, list(s.sheddable)] = actions
+            st.aprob[:, :B] = np.take_along_axis(self._probs, self._sim_bands[:, :B], axis=1)
+        self._t += s.control_interval
+
+    def _end_episodes(self, done: np.ndarray) -> dict:
+        """Record the final observation and info of every cluster in ``done`` and start
+        its next episode (autoreset); returns their final_obs / final_info entries."""
+        n, s = self.num_envs, self.setup
+        final_obs = np.full(n, None, dtype=object)
+        final_info = {}
+        if self._compiled:
+            self._observe()  # the action masks of the last step
+        per = self._infos()
+        for i in np.flatnonzero(done).tolist():
+            d = self.drivers[i]
+            d._last_arrivals = self._arrival_rate[i].copy()
+            d.write_obs(self._final_raw, 0)
+            final_obs[i] = {k: v[0] for k, v in normalize_obs(s, self._final_raw).items()}
+            fi = {k: per[k][i] for k in per if not k.startswith("_")}
+            fi["episode"] = {"return": -self._trk[batched.T_TOTAL, i] * s.reward_scale,
+                             "length": int(self._steps[i]), "seed": d.seed, "metrics": d.summary()}
+            self.last_final_info[i] = fi
+            final_info = self._add_info(final_info, fi, i)
+            if self.autoreset:
+                self._next_episode(i)
+        return {"final_obs": final_obs, "_final_obs": done.copy(), "final_info": final_info,
+                "_final_info": done.copy()}
 
     def _next_episode(self, i: int) -> None:
         """Start cluster ``i``'s next episode in its slot of the shared state."""
@@ -227,6 +303,8 @@ class LLMSchedVectorEnv(VectorEnv):
         d.start()
         self._band_tables([i])
         self._episode_start([i])
+        self._python[i] = d.sim.needs_python
+        self._compiled = self._batched_ok and not self._python.any()
 
     def _episode_start(self, clusters) -> None:
         """The interval kinds' per-episode state (as IntervalDriver._start and _simulator set it)."""
@@ -278,28 +356,59 @@ class LLMSchedVectorEnv(VectorEnv):
 
     def _write_obs(self) -> None:
         """Every cluster's raw observation into ``self._raw``."""
+        if self._compiled and self._fast:
+            self._observe()
+            return
+        self._obs_fused = False
         if not self._fast:
             for i, d in enumerate(self.drivers):
                 d.write_obs(self._raw, i)
             return
-        st, raw = self.batch.state, self._raw
-        I, B = self.setup.num_instances, len(self.setup.band_priorities)
-        scratch = self._scratch  # buffers of the common keys, raw's own where observed
-        for k in _COMMON:
-            if k not in scratch:
-                scratch[k] = raw[k] if k in raw else np.zeros(
-                    (self.num_envs, I if k in _PER_INSTANCE else (B if k in _PER_BAND else 1)))
-        sim_bands = self._sim_bands
-        batched.common_obs(st.req_f, st.inst_i, st.inst_f, st.clu_i, st.clu_f, st.bq, sim_bands,
-                           *(scratch[k] for k in _COMMON))
-        if self.kind != "routing":
-            if "band_arrival_rate" in raw:
-                raw["band_arrival_rate"][:] = self._arrival_rate
-            return
-        hit = raw["prefix_hit"] if "prefix_hit" in raw else scratch.setdefault("prefix_hit", np.zeros((self.num_envs, I)))
-        request = raw["request"] if "request" in raw else scratch.setdefault("request", np.zeros((self.num_envs, 4)))
-        batched.routing_obs(st.req_i, st.req_f, st.unit_i, st.inst_i, st.ent, st.clu_i, st.clu_f, sim_bands, B,
-                            hit, request)
+        st, s = self.batch.state, self.setup
+        raw = [self._raw_flat[:, a:b] for a, b in zip(self._raw_off[:-1], self._raw_off[1:])]
+        batched.common_obs(st.req_f, st.inst_i, st.inst_f, st.clu_i, st.clu_f, st.bq, self._sim_bands, *raw[:8])
+        if self.kind == "routing":
+            batched.routing_obs(st.req_i, st.req_f, st.unit_i, st.inst_i, st.ent, st.clu_i, st.clu_f,
+                                self._sim_bands, len(s.band_priorities), raw[8], raw[9])
+        else:
+            raw[10][:] = self._arrival_rate
+
+    def _observe(self) -> None:
+        """The compiled observation pass: raw and normalized observations, action masks."""
+        st, s = self.batch.state, self.setup
+        batched.observe(st.req_i, st.req_f, st.unit_i, st.inst_i, st.inst_f, st.ent, st.clu_i, st.clu_f, st.bq,
+                        self._sim_bands, len(s.band_priorities), self.kind == "routing", self._raw_flat,
+                        self._raw_off, self._arrival_rate, self._obs_index, self._obs_codes, self._obs_high,
+                        s.normalize, self._out_flat, self._out_off, self._masks)
+        self._obs_fused = True
+
+    def _obs(self) -> dict[str, np.ndarray]:
+        """The normalized observations of the last observation pass (fresh arrays)."""
+        if self._obs_fused:
+            return {k: self._out_flat[:, cols].copy() for k, cols in self._out_cols}
+        return normalize_obs(self.setup, self._raw)
+
+    def _obs_of(self, i: int) -> dict[str, np.ndarray]:
+        """Cluster ``i``'s normalized observation of the last compiled pass (views of one
+        fresh array)."""
+        row = self._out_flat[i].copy()
+        return {k: row[cols] for k, cols in self._out_cols}
+
+    def _info_of(self, i: int) -> dict:
+        """Cluster ``i``'s info on the fast path (what a single env returns)."""
+        st = self.batch.state
+        info = {"sim_time": float(st.clu_f[CF_NOW, i]), "arrivals": int(st.clu_i[CI_PTR, i]),
+                "open_requests": int(self._trk[batched.T_OPEN, i]),
+                "episode_cost": float(self._trk[batched.T_TOTAL, i])}
+        if self.kind == "routing":
+            if not self._obs_fused:  # else the compiled pass filled them
+                batched.action_masks(st.req_i, st.inst_i, st.clu_i, self._masks)
+            info["action_mask"] = self._masks[i].copy()
+        elif self.kind == "flow_control":
+            info["ceilings"] = self._ceilings[i].copy()
+        else:
+            info["rejection_prob"] = self._probs[i, list(self.setup.sheddable)]
+        return info
 
     def action_masks(self) -> np.ndarray:
         """Valid actions per cluster, ``(num_envs, I)`` (Routing only)."""
@@ -333,19 +442,18 @@ class LLMSchedVectorEnv(VectorEnv):
     def _infos(self) -> dict:
         if self._fast:
             st = self.batch.state
-            mask = np.ones(self.num_envs, bool)
-            masks = np.zeros((self.num_envs, self.setup.num_instances), bool)
-            if self.kind == "routing":
-                batched.action_masks(st.req_i, st.inst_i, st.clu_i, masks)
+            if self.kind == "routing" and not self._obs_fused:  # else the compiled pass filled them
+                batched.action_masks(st.req_i, st.inst_i, st.clu_i, self._masks)
             vals = {"sim_time": st.clu_f[CF_NOW].copy(), "arrivals": st.clu_i[CI_PTR].copy(),
                     "open_requests": self._trk[batched.T_OPEN].astype(np.int64),
                     "episode_cost": self._trk[batched.T_TOTAL].copy()}
             if self.kind == "routing":
-                vals["action_mask"] = masks
+                vals["action_mask"] = self._masks.copy()
             elif self.kind == "flow_control":
                 vals["ceilings"] = self._ceilings.copy()
             else:
-                vals["rejection_prob"] = self._probs[:, list(self.setup.sheddable)].copy()
+                vals["rejection_prob"] = self._probs[:, list(self.setup.sheddable)]
+            mask = np.ones(self.num_envs, bool)
             out = {}
             for k, v in vals.items():
                 out[k], out["_" + k] = v, mask
@@ -357,12 +465,6 @@ class LLMSchedVectorEnv(VectorEnv):
             out[k] = np.array([p[k] for p in per])
             out["_" + k] = mask
         return out
-
-
-_COMMON = ("saturation", "running", "waiting", "kv_util", "in_flight", "prefill_tokens", "band_length",
-           "band_oldest_wait")
-_PER_INSTANCE = {"running", "waiting", "kv_util", "in_flight", "prefill_tokens"}
-_PER_BAND = {"band_length", "band_oldest_wait"}
 
 
 class RoutingVectorEnv(LLMSchedVectorEnv):

@@ -4,24 +4,19 @@
 and returns a :class:`ResultTable` with one row per cell and request class. Seeds are
 *paired*: the requests of a cell depend only on the scenario, its rate and the seed,
 so every policy sees exactly the same requests and differences between policies are not
-workload noise. Cells run in worker processes (``workers=``); a cell's result does not
-depend on where it runs, so parallel and serial results are identical.
+workload noise. Cells run as independent tasks of a backend
+(:mod:`llmsched_gym.evaluation.backends`: local worker processes, ``workers=``, or Ray,
+``backend="ray"``); a cell's result does not depend on where it runs, so parallel, serial
+and Ray results are identical.
 
 The ``llmsched-gym compare`` subcommand (:func:`add_cli`) wraps it with statistics
 (:mod:`llmsched_gym.evaluation.stats`), a terminal table, CSV/JSON output and figures
 (:mod:`llmsched_gym.evaluation.plots`).
 
-Policy combinations (``policies=``) may be given as
-
-* a dict ``{"router": ..., "flow_control": ..., "admission": ..., "label": ...}``
-  (any subset; roles left out keep the scenario's default; ``flow_control=None``
-  dispatches on arrival);
-* a string of ``+``-separated parts, each ``role=spec`` or a bare policy ``spec``
-  whose role is looked up in the registry: ``"lmetric"``,
-  ``"lmetric+soft-reflective-ceiling"``, ``"router=jsq+flow_control=none"``,
-  ``"llm-d:prefix_weight=2,queue_weight=1"``. Roles: ``router`` (alias ``routing``),
-  ``flow_control`` (aliases ``flow-control``, ``usage-limit``, ``fc``), ``admission``.
-  ``label=NAME`` names the combination (default: the string itself).
+Policy combinations (``policies=``) are strings or dicts such as ``"lmetric"``,
+``"lmetric+soft-reflective-ceiling"`` or ``{"router": "jsq", "flow_control": None}``,
+parsed by :func:`llmsched_gym.gateway.policy.parse_policy` (the syntax is in that
+module's docstring); ``;`` separates several in one string.
 """
 
 from __future__ import annotations
@@ -31,7 +26,6 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -39,17 +33,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import ConfigError, OutputError
+from ..gateway.policy import ROLE_KEYS, PolicySpec, parse_policy
+from .backends import make_backend
 
 RATE_KINDS = ("qps", "load", "paper_qps")
-ROLE_KEYS = ("router", "flow_control", "admission")
-_ROLE_ALIASES = {
-    "router": "router", "routing": "router", "route": "router",
-    "flow_control": "flow_control", "flow-control": "flow_control", "flowcontrol": "flow_control",
-    "usage-limit": "flow_control", "usage_limit": "flow_control", "fc": "flow_control",
-    "admission": "admission", "admit": "admission",
-}
-_REGISTRY_ROLE = {"routing": "router", "usage-limit": "flow_control", "admission": "admission"}
-_POLICY_ROLE = {"router": "routing", "flow_control": "usage-limit", "admission": "admission"}
 #: Overrides applied after the rate is resolved (they do not change the capacity a
 #: ``load`` refers to): a shorter window measures the same cluster at the same rate.
 _LATE_OVERRIDES = {"duration_s", "num_requests", "horizon_s"}
@@ -69,99 +56,6 @@ CELL_COLUMNS = ("instance_imbalance", "instance_cv", "sim_seconds", "wall_second
 
 
 # ====================================================================== policies
-@dataclass(frozen=True)
-class PolicySpec:
-    """One policy combination: the roles it sets (others keep the scenario default)."""
-
-    label: str
-    roles: tuple = ()  # ((role, spec), ...) in ROLE_KEYS order
-
-    def kwargs(self) -> dict:
-        return dict(self.roles)
-
-    def get(self, role: str, default=None):
-        return dict(self.roles).get(role, default)
-
-
-def _role_of_name(name: str) -> str:
-    from ..gateway.policy import list_policies
-
-    registry = list_policies()
-    base = name.partition(":")[0]
-    if base not in registry:
-        known = "; ".join(f"{r}: {', '.join(list_policies(r))}" for r in ("routing", "usage-limit", "admission"))
-        raise ConfigError(f"unknown policy {base!r}; known policies - {known}")
-    factory = registry[base]
-    # A factory may decide its role from its argument (agent:PATH loads a model of either role).
-    role_for = getattr(factory, "role_for", None)
-    role = role_for(name.partition(":")[2]) if role_for and ":" in name else factory.role
-    return _REGISTRY_ROLE[role]
-
-
-def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
-    """A :class:`PolicySpec` from a string or dict (syntax: see the module docstring).
-
-    Names are validated (a :class:`ConfigError` names the bad one and lists the known).
-    """
-    from ..gateway.policy import Policy, make_policy
-
-    if isinstance(spec, PolicySpec):
-        return spec
-    roles: dict[str, Any] = {}
-    label = None
-    if isinstance(spec, dict):
-        for k, v in spec.items():
-            if k == "label":
-                label = str(v)
-                continue
-            role = _ROLE_ALIASES.get(str(k).lower())
-            if role is None:
-                raise ConfigError(f"policy combination {spec!r}: unknown role {k!r}; use router, flow_control, admission")
-            roles[role] = None if (role == "flow_control" and (v is None or str(v).lower() == "none")) else v
-    elif isinstance(spec, Policy):
-        roles[_REGISTRY_ROLE[spec.role]] = spec
-        label = spec.name
-    elif isinstance(spec, str):
-        text = spec.strip()
-        if not text:
-            raise ConfigError("empty policy combination")
-        for part in text.split("+"):
-            part = part.strip()
-            if not part:
-                raise ConfigError(f"policy combination {spec!r}: empty part between '+'")
-            key, eq, value = part.partition("=")
-            role = _ROLE_ALIASES.get(key.strip().lower()) if eq and ":" not in key else None
-            if eq and key.strip().lower() == "label":
-                label = value.strip()
-                continue
-            if role is None:
-                if eq and ":" not in key:
-                    raise ConfigError(f"policy combination {spec!r}: unknown role {key.strip()!r}; "
-                                      "use router=, flow_control=, admission= or label=")
-                value = part
-                role = None if value.lower() == "none" else _role_of_name(value)
-                if role is None:
-                    raise ConfigError(f"policy combination {spec!r}: 'none' needs a role, e.g. flow_control=none")
-            value = value.strip()
-            if role in roles:
-                raise ConfigError(f"policy combination {spec!r} sets the {role} twice")
-            roles[role] = None if (role == "flow_control" and value.lower() == "none") else value
-        if label is None:
-            label = text
-    else:
-        raise ConfigError(f"policy combination {spec!r}: expected a string or a dict")
-    for role, value in roles.items():
-        if value is None:
-            if role != "flow_control":
-                raise ConfigError(f"{role}=none is not allowed; only flow_control can be none")
-            continue
-        if not isinstance(value, Policy):
-            make_policy(value, _POLICY_ROLE[role])  # validate now, before any simulation
-    if label is None:
-        label = "+".join(f"{r}=none" if v is None else str(getattr(v, "name", v)) for r, v in roles.items()) or "default"
-    return PolicySpec(label, tuple((r, roles[r]) for r in ROLE_KEYS if r in roles))
-
-
 def parse_policies(text: "str | Sequence") -> list[PolicySpec]:
     """A ``;``-separated list (or a sequence) of policy combinations."""
     items = [p for p in text.split(";") if p.strip()] if isinstance(text, str) else list(text)
@@ -274,7 +168,7 @@ def _run_cell(task: dict) -> dict:
         "router": sim.router.name if sim.router else None, "admission": sim.admission.name,
         "flow_control": sim.flow.name if sim.flow else None,
     }
-    out = {"index": task["index"], "classes": s["classes"], "cell": cell}
+    out = {"classes": s["classes"], "cell": cell}
     if task.get("samples"):
         rec = request_records(t, sim.now)
         out["samples"] = {"ttft": rec["ttft_or_wait"].astype(np.float32), "tpot": rec["tpot"].astype(np.float32),
@@ -372,7 +266,8 @@ def _json_default(o):
 # ====================================================================== evaluate
 def evaluate(scenarios, policies, seeds: "int | Sequence[int]" = 3, *, qps=None, load=None, paper_qps=None,
              overrides: dict | None = None, workers: int | None = None, samples: bool = False,
-             progress: "bool | Callable[[int, int], None]" = False, mp_context=None) -> ResultTable:
+             progress: "bool | Callable[[int, int], None]" = False, mp_context=None, backend=None,
+             ray_address: str | None = None) -> ResultTable:
     """Run every (scenario, load point, policy combination, seed) cell.
 
     Args:
@@ -388,11 +283,17 @@ def evaluate(scenarios, policies, seeds: "int | Sequence[int]" = 3, *, qps=None,
             ``duration_s`` / ``num_requests`` / ``horizon_s`` apply after the rate is
             resolved, so ``load`` keeps meaning a fraction of the unshortened scenario's
             capacity.
-        workers: processes (default ``min(cpu count, cells)``; 1 runs in this process).
+        workers: processes (default ``min(cpu count, cells)``; 1 runs in this process); with
+            ``backend="ray"``, the local Ray instance's CPUs (or the tasks in flight on a cluster).
         samples: keep per-request TTFT/TPOT/E2E of the first seed of every
             (scenario, point, policy) in ``result.samples`` (for CDF figures).
         progress: True shows a rich progress bar; a callable gets ``(done, total)``.
         mp_context: multiprocessing context for the pool (default: the platform's).
+        backend: where the cells run: ``"local"`` (default, a process pool), ``"ray"``
+            (the ``[ray]`` extra), or a backend object
+            (:mod:`llmsched_gym.evaluation.backends`). Results are the same on any.
+        ray_address: with ``backend="ray"``: None starts a local Ray instance, ``"auto"``
+            joins the running cluster, ``"ray://host:port"`` a remote one.
 
     Returns:
         A :class:`ResultTable`: one row per cell and class (each class of the workload
@@ -401,7 +302,7 @@ def evaluate(scenarios, policies, seeds: "int | Sequence[int]" = 3, *, qps=None,
     plan = _plan(scenarios, policies, seeds, qps=qps, load=load, paper_qps=paper_qps, overrides=overrides,
                  samples=samples)
     start = time.perf_counter()
-    results, n_workers = _execute(plan["tasks"], workers, progress, mp_context)
+    results, n_workers = _execute(plan["tasks"], workers, progress, mp_context, backend, ray_address)
     table = _assemble(plan, results)
     table.meta.update(workers=n_workers, wall_seconds=time.perf_counter() - start)
     return table
@@ -425,62 +326,44 @@ def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, ov
     for pi, pt in enumerate(points):
         for si, spec in enumerate(specs):
             for k, seed in enumerate(seed_list):
-                tasks.append({"index": len(tasks), "scenario": pt.sc, "policy": spec.kwargs(), "seed": seed,
+                tasks.append({"scenario": pt.sc, "policy": spec.kwargs(), "seed": seed,
                               "samples": bool(samples) and k == 0, "key": (pi, si, seed)})
     return {"specs": specs, "seeds": seed_list, "points": points, "tasks": tasks}
 
 
-def _execute(tasks: list[dict], workers, progress, mp_context=None) -> tuple[list[dict], int]:
+def _execute(tasks: list[dict], workers, progress, mp_context=None, backend=None,
+             ray_address: str | None = None) -> tuple[list[dict], int]:
+    """Every cell through the backend, in task order; and how many workers ran them."""
+    be = make_backend(backend, workers=workers, address=ray_address, mp_context=mp_context)
     total = len(tasks)
-    if workers is not None:
-        from ..validation import check_number
+    try:
+        if progress is True:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-        check_number("workers", workers, integer=True, ge=1)
-    n_workers = min(os.cpu_count() or 1, total) if workers is None else max(1, min(int(workers), total))
-    results: list[dict | None] = [None] * total
-    for i, t in enumerate(tasks):
-        t["index"] = i
+            with Progress(TextColumn("[bold]simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          TextColumn("eta"), TimeRemainingColumn()) as bar:
+                task_id = bar.add_task("cells", total=total)
+                results = be.map(_run_cell, tasks, lambda i, r: bar.advance(task_id))
+        else:
+            done = [0]
 
-    def run_all(tick):
-        if n_workers <= 1:
-            for t in tasks:
-                results[t["index"]] = _run_cell(t)
-                tick()
-            return
-        from ..engine import compile_kernels
+            def tick(i, r):
+                done[0] += 1
+                if callable(progress):
+                    progress(done[0], total)
 
-        compile_kernels()  # once here, not in every worker at the same time
-        with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp_context) as pool:
-            futures = [pool.submit(_run_cell, t) for t in tasks]
-            for f in as_completed(futures):
-                r = f.result()
-                results[r["index"]] = r
-                tick()
-
-    if progress is True:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        with Progress(TextColumn("[bold]simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TextColumn("eta"), TimeRemainingColumn()) as bar:
-            task_id = bar.add_task("cells", total=total)
-            run_all(lambda: bar.advance(task_id))
-    else:
-        done = [0]
-
-        def tick():
-            done[0] += 1
-            if callable(progress):
-                progress(done[0], total)
-
-        run_all(tick)
-    return results, n_workers
+            results = be.map(_run_cell, tasks, tick)
+        return results, be.workers(total)
+    finally:
+        if be is not backend:  # made here: release it (a Ray instance it started)
+            be.close()
 
 
 def _assemble(plan: dict, results: list[dict]) -> ResultTable:
@@ -539,8 +422,10 @@ def default_studies(quick: bool = True) -> list[Study]:
 
 
 def run_studies(studies: list[Study], seeds, *, workers=None, progress=True, common: dict | None = None,
-                mp_context=None) -> list[tuple[Study, ResultTable, list[dict]]]:
-    """Evaluate several studies in one process pool; ``[(study, table, stats)]`` in order."""
+                mp_context=None, backend=None, ray_address: str | None = None
+                ) -> list[tuple[Study, ResultTable, list[dict]]]:
+    """Evaluate several studies in one run of the backend (:func:`evaluate`'s ``backend``);
+    ``[(study, table, stats)]`` in order."""
     plans = [_plan([(st.scenario, {**st.rates, **st.overrides})], st.policies, seeds, samples=True, common=common)
              for st in studies]
     for st, plan in zip(studies, plans):
@@ -549,7 +434,7 @@ def run_studies(studies: list[Study], seeds, *, workers=None, progress=True, com
             raise ConfigError(f"baseline {st.baseline!r} is not one of the policies: {', '.join(labels)}")
     tasks = [t for plan in plans for t in plan["tasks"]]
     start = time.perf_counter()
-    results, n_workers = _execute(tasks, workers, progress, mp_context)
+    results, n_workers = _execute(tasks, workers, progress, mp_context, backend, ray_address)
     out, k = [], 0
     for st, plan in zip(studies, plans):
         n = len(plan["tasks"])
@@ -686,6 +571,8 @@ def add_cli(subparsers) -> None:
     """Register ``llmsched-gym compare``."""
     import argparse
 
+    from ..flags import add_backend_args
+
     p = subparsers.add_parser("compare", help="compare policy combinations over load points and seeds",
                               description=_COMPARE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scenario", help="scenario name or YAML file (default: the built-in default study)")
@@ -704,7 +591,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
     p.add_argument("--class", dest="classes", help="comma-separated classes to show (default: critical,sheddable,all)")
     p.add_argument("--out", help="output directory (default results/compare-<timestamp>)")
-    p.add_argument("--workers", type=int, help="processes (default: min(CPU count, cells))")
+    p.add_argument("--workers", type=int, help="processes (default: min(CPU count, cells)); with --backend ray, "
+                   "the local Ray instance's CPUs")
+    add_backend_args(p)
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
     p.set_defaults(func=cmd_compare)
 
@@ -721,7 +610,7 @@ def _default_policies(scenario) -> str:
 def cmd_compare(args) -> int:
     from rich.console import Console
 
-    from ..cli import check_flags, policy_overrides
+    from ..flags import backend_from_args, check_flags, policy_overrides
     from ..validation import check_name, check_output_dir
 
     check_flags(args, ["--seed", "--seeds", "--workers", "--duration", "--horizon"])
@@ -731,6 +620,7 @@ def cmd_compare(args) -> int:
                          "--baseline": "a policy label", "--class": "comma-separated class names"}[flag])
     out = check_output_dir("--out", args.out if args.out is not None else  # before the run: a bad path
                            Path("results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")  # must not cost the results
+    backend = backend_from_args(args)  # starts nothing yet (Ray starts with the first cells)
     common = policy_overrides(args)
     if common:
         parse_policy({k: v for k, v in common.items()})  # validate names
@@ -766,7 +656,10 @@ def cmd_compare(args) -> int:
     seeds = list(range(args.seed, args.seed + args.seeds))
     console = Console(width=max(Console().width, 190))
     start = time.perf_counter()
-    results = run_studies(studies, seeds, workers=args.workers, progress=True, common=common)
+    try:
+        results = run_studies(studies, seeds, progress=True, common=common, backend=backend)
+    finally:
+        backend.close()
     all_rows, all_stats = [], []
     for st, table, stats in results:
         print_study(st, table, stats, console)
@@ -815,14 +708,13 @@ def _write_outputs(out: Path, results, merged: "ResultTable", all_stats: list[di
 
 def scenario_classes(sc) -> list[str]:
     """The request classes a scenario's rows can have (its classes, then ``all``)."""
-    from ..scenarios import TraceSource
     from ..workloads.workload import class_name
 
-    if isinstance(sc.workload, TraceSource):
-        if sc.workload.critical_share is not None:
+    if sc.trace is not None:
+        if sc.trace.critical_share is not None:
             prios = {0, -1}
         else:
-            prios = {int(p) for p in np.unique(sc.workload.load().priority)}
+            prios = {int(p) for p in np.unique(sc.trace.load().priority)}
     else:
         prios = {int(c.priority) for spec in sc.specs for c in spec.classes}
     return [class_name(p) for p in sorted(prios, reverse=True)] + ["all"]

@@ -624,7 +624,7 @@ def _combination(spec) -> dict:
     """``{router, flow_control, admission}`` of a combination, defaults applied:
     router ``llm-d``; flow control none; admission ``always-admit`` with flow control
     (llm-d's flow control does the admitting) and ``legacy`` without (llm-d's gate)."""
-    from ..evaluation.harness import parse_policy
+    from .policy import parse_policy
 
     roles = parse_policy(spec).kwargs() if isinstance(spec, str) else dict(spec)
     for k, v in roles.items():

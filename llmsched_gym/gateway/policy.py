@@ -8,16 +8,30 @@ Three roles, each seeing only a :class:`~llmsched_gym.gateway.view.RouterView`:
 
 Policies are registered by name (:func:`register_policy`) and built with
 :func:`make_policy`; every constant is a constructor keyword with the published default.
+
+A *policy combination* (:func:`parse_policy`, a :class:`PolicySpec`) sets some of the
+three roles; the roles it leaves out keep the scenario's defaults. It is given as
+
+* a dict ``{"router": ..., "flow_control": ..., "admission": ..., "label": ...}``
+  (any subset; ``flow_control=None`` dispatches on arrival);
+* a string of ``+``-separated parts, each ``role=spec`` or a bare policy ``spec``
+  whose role is looked up in the registry: ``"lmetric"``,
+  ``"lmetric+soft-reflective-ceiling"``, ``"router=jsq+flow_control=none"``,
+  ``"llm-d:prefix_weight=2,queue_weight=1"``. Roles: ``router`` (alias ``routing``),
+  ``flow_control`` (aliases ``flow-control``, ``usage-limit``, ``fc``), ``admission``.
+  ``label=NAME`` names the combination (default: the string itself).
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..validation import check_call_kwargs, check_name
 from .view import RequestInfo, RouterView
 
 
@@ -142,8 +156,6 @@ def make_policy(spec: "str | Policy", role: str | None = None, **kwargs) -> Poli
             known = ", ".join(k for k, v in registry.items() if role is None or v.role == role)
             raise ConfigError(f"unknown policy {name!r}" + (f" for role {role!r}" if role else "") + f"; known: {known}")
         factory = registry[name]
-        from ..validation import check_call_kwargs
-
         # Names and types against the constructor's signature (the error lists them).
         kwargs = check_call_kwargs(f"policy {name!r}", factory, kwargs, label=name)
         try:
@@ -177,3 +189,112 @@ def policy_parameters(factory) -> dict:
     """Constructor keywords and defaults of a registered policy (for ``llmsched-gym policies``)."""
     sig = inspect.signature(factory)
     return {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
+
+
+def check_policy_ref(field: str, value, *, none_ok: bool = True) -> None:
+    """A policy given as a name/spec string, a :class:`Policy` object, or (``none_ok``) None."""
+    if value is None and none_ok or isinstance(value, Policy):
+        return
+    check_name(field, value, what="a policy name (see `llmsched-gym policies`)")
+
+
+# ====================================================================== combinations
+ROLE_KEYS = ("router", "flow_control", "admission")
+_ROLE_ALIASES = {
+    "router": "router", "routing": "router", "route": "router",
+    "flow_control": "flow_control", "flow-control": "flow_control", "flowcontrol": "flow_control",
+    "usage-limit": "flow_control", "usage_limit": "flow_control", "fc": "flow_control",
+    "admission": "admission", "admit": "admission",
+}
+_REGISTRY_ROLE = {"routing": "router", "usage-limit": "flow_control", "admission": "admission"}
+_POLICY_ROLE = {"router": "routing", "flow_control": "usage-limit", "admission": "admission"}
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One policy combination: the roles it sets (others keep the scenario default)."""
+
+    label: str
+    roles: tuple = ()  # ((role, spec), ...) in ROLE_KEYS order
+
+    def kwargs(self) -> dict:
+        return dict(self.roles)
+
+    def get(self, role: str, default=None):
+        return dict(self.roles).get(role, default)
+
+
+def _role_of_name(name: str) -> str:
+    registry = list_policies()
+    base = name.partition(":")[0]
+    if base not in registry:
+        known = "; ".join(f"{r}: {', '.join(list_policies(r))}" for r in ("routing", "usage-limit", "admission"))
+        raise ConfigError(f"unknown policy {base!r}; known policies - {known}")
+    factory = registry[base]
+    # A factory may decide its role from its argument (agent:PATH loads a model of either role).
+    role_for = getattr(factory, "role_for", None)
+    role = role_for(name.partition(":")[2]) if role_for and ":" in name else factory.role
+    return _REGISTRY_ROLE[role]
+
+
+def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
+    """A :class:`PolicySpec` from a string, a dict or a :class:`Policy` (syntax: see the
+    module docstring).
+
+    Names are validated (a :class:`ConfigError` names the bad one and lists the known).
+    """
+    if isinstance(spec, PolicySpec):
+        return spec
+    roles: dict[str, Any] = {}
+    label = None
+    if isinstance(spec, dict):
+        for k, v in spec.items():
+            if k == "label":
+                label = str(v)
+                continue
+            role = _ROLE_ALIASES.get(str(k).lower())
+            if role is None:
+                raise ConfigError(f"policy combination {spec!r}: unknown role {k!r}; use router, flow_control, admission")
+            roles[role] = None if (role == "flow_control" and (v is None or str(v).lower() == "none")) else v
+    elif isinstance(spec, Policy):
+        roles[_REGISTRY_ROLE[spec.role]] = spec
+        label = spec.name
+    elif isinstance(spec, str):
+        text = spec.strip()
+        if not text:
+            raise ConfigError("empty policy combination")
+        for part in text.split("+"):
+            part = part.strip()
+            if not part:
+                raise ConfigError(f"policy combination {spec!r}: empty part between '+'")
+            key, eq, value = part.partition("=")
+            role = _ROLE_ALIASES.get(key.strip().lower()) if eq and ":" not in key else None
+            if eq and key.strip().lower() == "label":
+                label = value.strip()
+                continue
+            if role is None:
+                if eq and ":" not in key:
+                    raise ConfigError(f"policy combination {spec!r}: unknown role {key.strip()!r}; "
+                                      "use router=, flow_control=, admission= or label=")
+                value = part
+                role = None if value.lower() == "none" else _role_of_name(value)
+                if role is None:
+                    raise ConfigError(f"policy combination {spec!r}: 'none' needs a role, e.g. flow_control=none")
+            value = value.strip()
+            if role in roles:
+                raise ConfigError(f"policy combination {spec!r} sets the {role} twice")
+            roles[role] = None if (role == "flow_control" and value.lower() == "none") else value
+        if label is None:
+            label = text
+    else:
+        raise ConfigError(f"policy combination {spec!r}: expected a string or a dict")
+    for role, value in roles.items():
+        if value is None:
+            if role != "flow_control":
+                raise ConfigError(f"{role}=none is not allowed; only flow_control can be none")
+            continue
+        if not isinstance(value, Policy):
+            make_policy(value, _POLICY_ROLE[role])  # validate now, before any simulation
+    if label is None:
+        label = "+".join(f"{r}=none" if v is None else str(getattr(v, "name", v)) for r, v in roles.items()) or "default"
+    return PolicySpec(label, tuple((r, roles[r]) for r in ROLE_KEYS if r in roles))

@@ -20,7 +20,7 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import TraceFormatError
-from .traces import _first_bad, _is_count, _jsonl_rows, _limit, _read_lines
+from .rows import first_bad, head_count, is_count, jsonl_rows, read_lines
 from .workload import Workload
 
 #: Tokens per hash block in the Qwen/Bailian traces (``*_blksz_16.jsonl``).
@@ -40,12 +40,12 @@ def _column(path: str, lineno: list[int], rows: list[dict], name: str, ok, want:
         try:
             vals = [r[name] for r in rows]
         except KeyError:
-            i = _first_bad(rows, lambda r: name in r)
+            i = first_bad(rows, lambda r: name in r)
             raise TraceFormatError(path, lineno[i], name, "missing field") from None
     else:
         vals = [r.get(name, default) for r in rows]
     if not all(map(ok, vals)):
-        i = _first_bad(vals, ok)
+        i = first_bad(vals, ok)
         raise TraceFormatError(path, lineno[i], name, f"must be {want}, got {vals[i]!r}")
     return vals
 
@@ -129,17 +129,17 @@ def load_qwen(path: str | os.PathLike, *, time_scale: float = 1.0, limit: int | 
         limit: keep only the first ``limit`` rows (all if None).
     """
     path = str(path)
-    lineno, rows = _jsonl_rows(path, limit)
+    lineno, rows = jsonl_rows(path, limit)
     is_int = lambda v: type(v) is int  # noqa: E731
-    chat = _column(path, lineno, rows, "chat_id", _is_count, "a non-negative integer")
+    chat = _column(path, lineno, rows, "chat_id", is_count, "a non-negative integer")
     parent = _column(path, lineno, rows, "parent_chat_id", lambda v: is_int(v) and v >= -1,
                      "an integer >= -1 (-1 for the first turn)")
     ts = _column(path, lineno, rows, "timestamp", _is_number, "a non-negative number of seconds")
     inp = _column(path, lineno, rows, "input_length", lambda v: is_int(v) and v >= 1, "an integer >= 1")
-    out = _column(path, lineno, rows, "output_length", _is_count, "a non-negative integer")
+    out = _column(path, lineno, rows, "output_length", is_count, "a non-negative integer")
     _column(path, lineno, rows, "type", lambda v: isinstance(v, str), f"a string ({', '.join(QWEN_TYPES)})")
-    _column(path, lineno, rows, "turn", _is_count, "a non-negative integer")
-    hashes = _column(path, lineno, rows, "hash_ids", lambda v: type(v) is list and all(map(_is_count, v)),
+    _column(path, lineno, rows, "turn", is_count, "a non-negative integer")
+    hashes = _column(path, lineno, rows, "hash_ids", lambda v: type(v) is list and all(map(is_count, v)),
                      "a list of non-negative integers")
     for i, (h, n) in enumerate(zip(hashes, inp)):
         if len(h) > -(-n // QWEN_BLOCK_TOKENS):
@@ -195,7 +195,7 @@ def load_burstgpt(path: str | os.PathLike, *, time_scale: float = 1.0, limit: in
             their output clipped to 1 token.
     """
     path = str(path)
-    lines = _read_lines(path)
+    lines = read_lines(path)
     if not lines or not lines[0].strip():
         raise TraceFormatError(path, 1, None, "empty file; expected a header with "
                                + ", ".join(BURSTGPT_REQUIRED))
@@ -204,7 +204,7 @@ def load_burstgpt(path: str | os.PathLike, *, time_scale: float = 1.0, limit: in
     if missing:
         raise TraceFormatError(path, 1, missing[0], f"missing column; header has {', '.join(names)}")
     numbered = [(i + 2, ln) for i, ln in enumerate(lines[1:]) if ln.strip()]
-    numbered = numbered[: _limit(len(numbered), limit)]
+    numbered = numbered[: head_count(len(numbered), limit)]
     if not numbered:
         raise TraceFormatError(path, None, None, "no requests in file")
     lineno = [n for n, _ in numbered]
@@ -233,7 +233,7 @@ def load_burstgpt(path: str | os.PathLike, *, time_scale: float = 1.0, limit: in
                     return False
                 return math.isfinite(x) and x >= 0 and (not integer or x == int(x))
 
-            i = _first_bad(vals, ok)
+            i = first_bad(vals, ok)
             raise TraceFormatError(path, lineno[i], name, f"must be {want}, got {cols[name][i]!r}")
         return a
 
@@ -325,11 +325,11 @@ def load_servegen(source: "str | os.PathLike | Iterable", *, time_scale: float =
     """
     if isinstance(source, (str, os.PathLike)):
         path = str(source)
-        lineno, rows = _jsonl_rows(path, limit)
+        lineno, rows = jsonl_rows(path, limit)
     else:
         path = "<servegen requests>"
         rows = [_as_servegen_dict(r) for r in source]
-        rows = rows[: _limit(len(rows), limit)] if rows else rows
+        rows = rows[: head_count(len(rows), limit)] if rows else rows
         if not rows:
             raise TraceFormatError(path, None, None, "no requests given")
         lineno = list(range(1, len(rows) + 1))

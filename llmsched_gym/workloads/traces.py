@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import itertools
-import json
 import os
 from dataclasses import dataclass, field
 
@@ -30,6 +29,8 @@ import numpy as np
 import yaml
 
 from ..errors import ConfigError, TraceFormatError
+from .rows import first_bad, head_count, is_count, jsonl_rows, read_lines
+from .trace_formats import load_burstgpt, load_qwen, load_servegen
 from .workload import CRITICAL, SHEDDABLE, Workload
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -46,34 +47,6 @@ BLIS_PRIORITY = {
 }
 #: Trace format names (``load_trace``, ``--trace-format``, ``workload.trace.format``).
 TRACE_FORMATS = ("mooncake", "azure", "blis", "qwen", "burstgpt", "servegen")
-
-
-def _read_lines(path: str) -> list[str]:
-    """All lines of a text file; a missing or unreadable file is a TraceFormatError."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except FileNotFoundError:
-        raise TraceFormatError(str(path), None, None, "file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise TraceFormatError(str(path), None, None, f"cannot read file: {e}") from None
-
-
-def _first_bad(values: list, ok) -> int:
-    """Index of the first element for which ``ok`` is false (callers know one exists)."""
-    return next(i for i, v in enumerate(values) if not ok(v))
-
-
-def _is_count(v) -> bool:
-    return type(v) is int and v >= 0  # bool is an int subclass; reject it explicitly
-
-
-def _limit(n: int, limit: int | None) -> int:
-    if limit is None:
-        return n
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ConfigError(f"limit={limit!r} is invalid; it must be a positive integer or None")
-    return min(n, limit)
 
 
 # ---------------------------------------------------------------------------- Mooncake
@@ -105,24 +78,6 @@ def _spread(ts: np.ndarray, seed: int | None) -> np.ndarray:
     return ts + frac * width[bucket]
 
 
-def _jsonl_rows(path: str, limit: int | None) -> tuple[list[int], list]:
-    """(line numbers, parsed objects) of the non-blank lines of a JSONL file."""
-    numbered = [(i + 1, ln) for i, ln in enumerate(_read_lines(path)) if ln.strip()]
-    numbered = numbered[: _limit(len(numbered), limit)]
-    if not numbered:
-        raise TraceFormatError(path, None, None, "no requests in file")
-    rows = []
-    for n, ln in numbered:
-        try:
-            rows.append(json.loads(ln))
-        except json.JSONDecodeError as e:
-            raise TraceFormatError(path, n, None, f"invalid JSON: {e.msg}") from None
-    for n, r in zip(numbered, rows):
-        if not isinstance(r, dict):
-            raise TraceFormatError(path, n[0], None, f"each line must be a JSON object, got {type(r).__name__}")
-    return [n for n, _ in numbered], rows
-
-
 def load_mooncake(
     path: str | os.PathLike,
     *,
@@ -146,17 +101,17 @@ def load_mooncake(
     Zero ``output_length`` is clipped to 1; zero ``input_length`` is rejected.
     """
     path = str(path)
-    lineno, rows = _jsonl_rows(path, limit)
+    lineno, rows = jsonl_rows(path, limit)
     cols = {}
     for name in ("timestamp", "input_length", "output_length", "hash_ids"):
         try:
             cols[name] = [r[name] for r in rows]
         except (KeyError, TypeError):
-            i = _first_bad(rows, lambda r, n=name: isinstance(r, dict) and n in r)
+            i = first_bad(rows, lambda r, n=name: isinstance(r, dict) and n in r)
             raise TraceFormatError(path, lineno[i], name, "missing field") from None
     for name in ("timestamp", "input_length", "output_length"):
         if set(map(type, cols[name])) != {int} or min(cols[name]) < 0:
-            i = _first_bad(cols[name], _is_count)
+            i = first_bad(cols[name], is_count)
             raise TraceFormatError(
                 path, lineno[i], name, f"must be a non-negative integer, got {cols[name][i]!r}"
             )
@@ -168,7 +123,7 @@ def load_mooncake(
         raise TraceFormatError(path, lineno[i], "input_length", "must be >= 1")
     hash_lists = cols["hash_ids"]
     if set(map(type, hash_lists)) != {list}:
-        i = _first_bad(hash_lists, lambda v: type(v) is list)
+        i = first_bad(hash_lists, lambda v: type(v) is list)
         raise TraceFormatError(path, lineno[i], "hash_ids", "must be a list of integers")
     lens = np.fromiter(map(len, hash_lists), np.int64, len(hash_lists))
     bad = np.flatnonzero(lens != -(-inp // MOONCAKE_BLOCK_TOKENS))
@@ -182,7 +137,7 @@ def load_mooncake(
         )
     flat = list(itertools.chain.from_iterable(hash_lists))
     if flat and (set(map(type, flat)) != {int} or min(flat) < 0):
-        i = _first_bad(hash_lists, lambda v: all(map(_is_count, v)))
+        i = first_bad(hash_lists, lambda v: all(map(is_count, v)))
         raise TraceFormatError(path, lineno[i], "hash_ids", "ids must be non-negative integers")
     if np.any(np.diff(ts) < 0):
         i = int(np.flatnonzero(np.diff(ts) < 0)[0]) + 1
@@ -260,12 +215,12 @@ def load_azure(path: str | os.PathLike, *, time_scale: float = 1.0, limit: int |
     (the Workload needs >= 1; the 2023 files have none). Rows must be in time order.
     """
     path = str(path)
-    lines = _read_lines(path)
+    lines = read_lines(path)
     if not lines or [c.strip() for c in lines[0].split(",")] != _AZURE_HEADER:
         got = lines[0] if lines else "<empty file>"
         raise TraceFormatError(path, 1, None, f"header must be {','.join(_AZURE_HEADER)}, got {got!r}")
     numbered = [(i + 2, ln) for i, ln in enumerate(lines[1:]) if ln.strip()]
-    numbered = numbered[: _limit(len(numbered), limit)]
+    numbered = numbered[: head_count(len(numbered), limit)]
     if not numbered:
         raise TraceFormatError(path, None, None, "no requests in file")
     lineno = [n for n, _ in numbered]
@@ -413,7 +368,7 @@ def load_blis_trace(path: str | os.PathLike, *, priority_map: "dict | str | None
     header: dict = {}
     if os.path.exists(yaml_path):
         try:
-            header = yaml.safe_load("\n".join(_read_lines(yaml_path))) or {}
+            header = yaml.safe_load("\n".join(read_lines(yaml_path))) or {}
         except yaml.YAMLError as e:
             raise TraceFormatError(yaml_path, None, None, f"invalid YAML: {e}") from None
         if not isinstance(header, dict):
@@ -428,7 +383,7 @@ def load_blis_trace(path: str | os.PathLike, *, priority_map: "dict | str | None
             raise TraceFormatError(yaml_path, None, "session_context_growth",
                                    f"{growth!r} is not known; allowed: accumulate or empty")
     accumulate = header.get("session_context_growth") == "accumulate"
-    lines = _read_lines(csv_path)
+    lines = read_lines(csv_path)
     reader = csv.reader(lines)
     try:
         names = next(reader)
@@ -454,7 +409,7 @@ def load_blis_trace(path: str | os.PathLike, *, priority_map: "dict | str | None
         try:
             a = np.array(vals).astype(np.int64)
         except ValueError:
-            i = _first_bad(list(vals), lambda v: v.strip().lstrip("-").isdigit())
+            i = first_bad(list(vals), lambda v: v.strip().lstrip("-").isdigit())
             raise TraceFormatError(csv_path, i + 2, name, f"must be an integer, got {vals[i]!r}") from None
         if a.min() < 0:
             i = int(np.argmin(a))
@@ -488,7 +443,7 @@ def load_blis_trace(path: str | os.PathLike, *, priority_map: "dict | str | None
     if "streaming" in cols:
         bad = [v for v in cols["streaming"] if v.strip().lower() not in ("true", "false", "1", "0", "t", "f", "")]
         if bad:
-            i = _first_bad(list(cols["streaming"]),
+            i = first_bad(list(cols["streaming"]),
                            lambda v: v.strip().lower() in ("true", "false", "1", "0", "t", "f", ""))
             raise TraceFormatError(csv_path, i + 2, "streaming", f"must be true or false, got {cols['streaming'][i]!r}")
     if "reason_ratio" in cols:
@@ -500,7 +455,7 @@ def load_blis_trace(path: str | os.PathLike, *, priority_map: "dict | str | None
             return 0.0 <= x <= 1.0
 
         if not all(map(ratio_ok, cols["reason_ratio"])):
-            i = _first_bad(list(cols["reason_ratio"]), ratio_ok)
+            i = first_bad(list(cols["reason_ratio"]), ratio_ok)
             raise TraceFormatError(csv_path, i + 2, "reason_ratio",
                                    f"must be a number in [0, 1], got {cols['reason_ratio'][i]!r}")
     deadline = ints("deadline_us", "0")
@@ -546,7 +501,7 @@ def load_blis_trace(path: str | os.PathLike, *, priority_map: "dict | str | None
     try:
         priority = np.fromiter((prio_map[s.strip().lower()] for s in slo), np.int64, len(slo))
     except KeyError:
-        i = _first_bad(slo, lambda s: s.strip().lower() in prio_map)
+        i = first_bad(slo, lambda s: s.strip().lower() in prio_map)
         allowed = ", ".join(repr(k) for k in prio_map)
         raise TraceFormatError(
             csv_path, i + 2, "slo_class", f"{slo[i]!r} is not known; allowed: {allowed}"
@@ -561,7 +516,7 @@ def load_blis_trace(path: str | os.PathLike, *, priority_map: "dict | str | None
         try:
             t = vals.astype(np.float64)
         except ValueError:
-            i = _first_bad(list(vals), lambda v: v == "nan" or v.strip().isdigit())
+            i = first_bad(list(vals), lambda v: v == "nan" or v.strip().isdigit())
             raise TraceFormatError(csv_path, i + 2, name, f"must be a number, got {vals[i]!r}") from None
         if "status" in cols:
             t[np.array(cols["status"]) != "ok"] = np.nan
@@ -627,10 +582,8 @@ def _blis_slo_targets(yaml_path: str, header: dict, prio_map: dict) -> tuple[dic
 
 def _loader(format: str):
     """The loader function of a format name (see :data:`TRACE_FORMATS`)."""
-    from . import trace_formats
-
-    return {"mooncake": load_mooncake, "azure": load_azure, "qwen": trace_formats.load_qwen,
-            "burstgpt": trace_formats.load_burstgpt, "servegen": trace_formats.load_servegen}[format]
+    return {"mooncake": load_mooncake, "azure": load_azure, "qwen": load_qwen, "burstgpt": load_burstgpt,
+            "servegen": load_servegen}[format]
 
 
 def load_trace(path: str | os.PathLike, format: str, **kwargs) -> Workload:

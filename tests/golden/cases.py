@@ -20,7 +20,13 @@ import numpy as np
 
 from llmsched_gym import ClusterConfig, EngineConfig, GatewayConfig, make_scenario
 from llmsched_gym.workloads.synthetic import ArrivalSpec, ClassSpec, LengthSpec, WorkloadSpec, generate
-from llmsched_gym.workloads.traces import assign_priorities, load_azure, load_blis_trace, load_mooncake, scale_to_rate
+from llmsched_gym.workloads.traces import (
+    assign_priorities,
+    load_azure,
+    load_blis_trace,
+    load_mooncake,
+    scale_to_rate,
+)
 from llmsched_gym.workloads.workload import Workload
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"

@@ -1,0 +1,63 @@
+"""Command-line flags shared by the subcommands and scripts: the ranges of the numeric
+ones, the gateway-policy flags (``--router``, ``--flow-control``, ``--admission``,
+``--epp-config``) and where many simulations run (``--backend``, ``--ray-address``).
+
+A layer below the modules that define subcommands (:mod:`llmsched_gym.cli` for ``run``,
+:mod:`llmsched_gym.evaluation.harness` for ``compare``) and the scripts of
+``benchmarks/``, which use it.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError
+from .evaluation.backends import BACKENDS, make_backend
+from .validation import check_name, check_number
+
+#: Numeric flags shared by ``run`` / ``compare`` and what they allow.
+FLAG_RULES = {
+    "--seed": {"integer": True, "ge": 0}, "--seeds": {"integer": True, "ge": 1},
+    "--qps": {"gt": 0}, "--load": {"gt": 0}, "--paper-qps": {"gt": 0}, "--instances": {"integer": True, "ge": 1},
+    "--horizon": {"gt": 0}, "--duration": {"gt": 0}, "--time-scale": {"gt": 0}, "--limit": {"integer": True, "ge": 1},
+    "--critical-share": {"ge": 0, "le": 1}, "--workers": {"integer": True, "ge": 1},
+}
+
+
+def check_flags(args, flags) -> None:
+    """Range and finiteness of the numeric ``flags`` present on ``args`` (see FLAG_RULES)."""
+    for flag in flags:
+        v = getattr(args, flag.lstrip("-").replace("-", "_"), None)
+        if v is not None and not isinstance(v, str):
+            check_number(flag, v, **FLAG_RULES[flag])
+
+
+def policy_overrides(args) -> dict:
+    """The --router/--admission/--flow-control arguments as Scenario.simulator keywords."""
+    out = {}
+    for flag, key in (("--router", "router"), ("--admission", "admission"), ("--flow-control", "flow_control")):
+        v = check_name(flag, getattr(args, key, None), none_ok=True, what="a policy spec (see `llmsched-gym policies`)")
+        if v is not None:
+            out[key] = None if key == "flow_control" and v.strip().lower() == "none" else v
+    if getattr(args, "epp_config", None) is not None:  # run --epp-config FILE (docs/epp.md)
+        from .gateway.epp import epp_overrides
+
+        out = epp_overrides(args.epp_config, out)
+    return out
+
+
+def add_backend_args(p) -> None:
+    """``--backend`` and ``--ray-address`` on argparse parser ``p`` (which has ``--workers``)."""
+    p.add_argument("--backend", choices=BACKENDS, default="local",
+                   help="where the simulations run: local processes (default) or Ray (the [ray] extra)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="with --backend ray: 'auto' joins the Ray cluster running here, ray://host:port a remote "
+                        "one (default: start a local Ray instance with --workers CPUs)")
+
+
+def backend_from_args(args):
+    """The backend ``--backend`` / ``--ray-address`` / ``--workers`` describe, checked before
+    any simulation (a missing ``[ray]`` extra is a MissingExtraError). Close it after use."""
+    address = check_name("--ray-address", args.ray_address, none_ok=True, what="a Ray address (or 'auto')")
+    if address is not None and args.backend != "ray":
+        raise ConfigError(f"--ray-address={address!r} applies only to --backend ray")
+    check_flags(args, ["--workers"])
+    return make_backend(args.backend, workers=args.workers, address=address)

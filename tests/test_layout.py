@@ -1,0 +1,120 @@
+"""The package's layering: its import graph has no cycle, and it never imports the plugins.
+
+The graph is read from the source with ``ast``: an edge ``a -> b`` for every ``import``
+statement of module ``a`` that names module ``b`` of the package, at module level or
+inside a function (a deferred import still makes ``a`` depend on ``b``). A cycle means two
+modules each need the other; the fix is to move code to the layer it belongs to, not to
+defer the import.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "llmsched_gym"
+
+def module_files(package: str = PACKAGE) -> dict[str, Path]:
+    """``{dotted module name: file}`` of every module of ``package`` (a package is its ``__init__``)."""
+    out = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imported_modules(module: str, path: Path, modules) -> set[str]:
+    """The modules that the import statements anywhere in ``path`` (the file of
+    ``module``) name, as absolute names; ``modules`` are the names that are modules.
+
+    ``from a import b`` names module ``a``; where every imported name is a submodule
+    (``from . import plots``) it names those instead: the package's ``__init__`` runs too,
+    but a package re-exporting its submodules must not read as a cycle with each of them.
+    """
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: level 1 is this package, 2 its parent...
+                parts = package.split(".")
+                source = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                source = node.module
+            subs = {f"{source}.{alias.name}" for alias in node.names}
+            out.update(subs if subs <= set(modules) else {source} | (subs & set(modules)))
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """``{module: the package's other modules it imports}``."""
+    files = module_files()
+    return {m: (imported_modules(m, path, files) & set(files)) - {m} for m, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def describe(graph: dict[str, set[str]], component: list[str]) -> str:
+    inside = set(component)
+    return "; ".join(f"{m} -> {', '.join(sorted(graph[m] & inside))}" for m in component)
+
+
+def test_graph_sees_deferred_imports():
+    graph = import_graph()
+    assert "llmsched_gym.simulator" in graph["llmsched_gym.scenarios"]  # module level
+    assert "llmsched_gym.gateway.epp" in graph["llmsched_gym.scenarios"]  # inside a function
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, "import cycles: " + " | ".join(describe(graph, c) for c in found)
+
+
+@pytest.mark.parametrize("plugin", ["baselines", "agents"])
+def test_package_never_imports_plugins(plugin):
+    """Policies and subcommands of ``baselines`` / ``agents`` arrive through entry points
+    (``llmsched_gym.policies``, ``llmsched_gym.commands``), never by an import statement."""
+    files = module_files()
+    offenders = [module for module, path in files.items()
+                 if any(n == plugin or n.startswith(plugin + ".") for n in imported_modules(module, path, files))]
+    assert not offenders, f"{', '.join(offenders)} import {plugin}"
