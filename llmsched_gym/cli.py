@@ -1,4 +1,4 @@
-"""Command line: ``llmsched-gym run | scenarios | policies | compare | train``.
+"""Command line: ``llmsched-gym run | scenarios | policies | compare | tune | train``.
 
 Bad input (unknown names, negative values, unreadable files) prints one clear line and
 exits with code 2 before any simulation starts.
@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Subcommands of other modules and packages (``train`` comes from agents/cli.py).
     plugins = [ep.value for ep in entry_points(group="llmsched_gym.commands")] or ["agents.cli"]
-    for module in ["llmsched_gym.evaluation.harness", "llmsched_gym.gateway.epp", "llmsched_gym.workloads.trace_registry", *plugins]:
+    for module in ["llmsched_gym.evaluation.harness", "llmsched_gym.evaluation.tune", "llmsched_gym.gateway.epp", "llmsched_gym.workloads.trace_registry", *plugins]:
         import_module(module).add_cli(sub)
     return parser
 

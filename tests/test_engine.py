@@ -136,3 +136,35 @@ def test_restart_preemption_discards_output_and_restarts_ttft():
     first = np.flatnonzero(hit)[0]
     assert rst.first_token_t[first] > rec.first_token_t[first]
     assert rst.finish_t[first] > rec.finish_t[first]  # 100 tokens regenerated
+
+
+def test_prefix_table_keeps_keys_and_free_queue_through_deletions():
+    """Per-instance prefix-cache table: colliding keys are found after any deletion order
+    (backward-shift deletion), and moved entries keep their free-queue links."""
+    from llmsched_gym.engine import kernel
+    from llmsched_gym.engine.layout import EN_KEY, EN_NEXT, EN_PREV, II_ENT0, II_ENT_MASK, II_LRU_HEAD, N_EN, N_II
+
+    rng = np.random.default_rng(0)
+    size = 16
+    for trial in range(50):
+        ent = np.zeros((size, N_EN), np.int64)
+        inst = np.zeros((N_II, 1), np.int64)
+        inst[II_ENT0, 0], inst[II_ENT_MASK, 0] = 0, size - 1
+        inst[[kernel.II_LRU_HEAD, kernel.II_LRU_TAIL], 0] = -1
+        keys = rng.choice(200, size=8, replace=False)
+        for k in keys:  # all unreferenced: the free queue holds them in insertion order
+            kernel._lru_append(ent, inst, 0, kernel._insert(ent, inst, 0, k))
+        live = list(keys)
+        for k in rng.permutation(keys)[:5]:
+            e = kernel._find(ent, inst, 0, k)
+            kernel._lru_remove(ent, inst, 0, e)
+            kernel._delete(ent, inst, 0, e)
+            live.remove(k)
+            assert kernel._find(ent, inst, 0, k) == -1
+            assert all(ent[kernel._find(ent, inst, 0, q), EN_KEY] == q + 1 for q in live)
+            order, e = [], inst[II_LRU_HEAD, 0]
+            while e >= 0:  # the free queue still lists the live keys in insertion order
+                order.append(int(ent[e, EN_KEY] - 1))
+                assert ent[e, EN_NEXT] < 0 or ent[ent[e, EN_NEXT], EN_PREV] == e
+                e = ent[e, EN_NEXT]
+            assert order == live

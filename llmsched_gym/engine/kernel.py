@@ -94,6 +94,7 @@ from .layout import (
     DROPPED,
     EN_ANON_AFTER,
     EN_BLOCKS,
+    EN_KEY,
     EN_NEXT,
     EN_PREV,
     EN_REF,
@@ -112,6 +113,7 @@ from .layout import (
     II_ANON_FRONT,
     II_CLUSTER,
     II_ENT0,
+    II_ENT_MASK,
     II_EVICTABLE,
     II_EVICTION,
     II_INFLIGHT,
@@ -138,6 +140,7 @@ from .layout import (
     IX_NEXT,
     IX_PRESENT,
     IX_PREV,
+    N_EN,
     N_RUN,
     REJECTED,
     RF_ARRIVAL,
@@ -314,34 +317,106 @@ def _argmin_random(scores, rng):
 
 # ===================================================================== prefix cache
 @njit(cache=True)
+def _home(key, mask):
+    """Home slot of a unit key in a table of ``mask + 1`` slots (Fibonacci hashing)."""
+    x = key * -7046029254386353131  # 0x9E3779B97F4A7C15 as int64; wraps
+    return (x ^ (x >> 29)) & mask
+
+
+@njit(cache=True)
+def _find(ent, inst_i, g, key):
+    """Slot of unit ``key`` in instance ``g``'s table, -1 if it is not cached there."""
+    e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
+    h = _home(key, mask)
+    while True:
+        k = ent[e0 + h, EN_KEY]
+        if k == key + 1:
+            return e0 + h
+        if k == 0:
+            return -1
+        h = (h + 1) & mask
+
+
+@njit(cache=True)
+def _insert(ent, inst_i, g, key):
+    """A fresh entry for unit ``key`` (not in the table) on instance ``g``."""
+    e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
+    h = _home(key, mask)
+    for _ in range(mask + 1):
+        e = e0 + h
+        if ent[e, EN_KEY] == 0:
+            ent[e, EN_KEY] = key + 1
+            ent[e, EN_REF], ent[e, EN_BLOCKS], ent[e, EN_ANON_AFTER] = 0, 0, 0
+            ent[e, EN_PREV], ent[e, EN_NEXT] = -1, -1
+            return e
+        h = (h + 1) & mask
+    raise RuntimeError("prefix-cache table full")
+
+
+@njit(cache=True)
+def _delete(ent, inst_i, g, e):
+    """Remove entry ``e`` (evicted, out of the free queue) from instance ``g``'s table.
+    Later entries of its probe run shift back into the gap, keeping their free-queue
+    links pointed at them (so lookups never meet a tombstone)."""
+    e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
+    gap = e - e0
+    ent[e, EN_KEY] = 0
+    j = gap
+    while True:
+        j = (j + 1) & mask
+        k = ent[e0 + j, EN_KEY]
+        if k == 0:
+            return
+        h = _home(k - 1, mask)
+        # The entry at j may fill the gap unless its home lies cyclically in (gap, j].
+        if (gap < j and gap < h <= j) or (gap > j and (h > gap or h <= j)):
+            continue
+        src, dst = e0 + j, e0 + gap
+        for f in range(N_EN):
+            ent[dst, f] = ent[src, f]
+        ent[src, EN_KEY] = 0
+        if ent[dst, EN_REF] == 0:  # in the free queue: relink its neighbours
+            p, n = ent[dst, EN_PREV], ent[dst, EN_NEXT]
+            if p >= 0:
+                ent[p, EN_NEXT] = dst
+            else:
+                inst_i[II_LRU_HEAD, g] = dst
+            if n >= 0:
+                ent[n, EN_PREV] = dst
+            else:
+                inst_i[II_LRU_TAIL, g] = dst
+        gap = j
+
+
+@njit(cache=True)
 def _lru_remove(ent, inst_i, g, e):
     """Take unreferenced unit ``e`` out of the free queue (a prefix hit, or its eviction);
     in vLLM order the anonymous free blocks released after it keep their place."""
-    p, n = ent[EN_PREV, e], ent[EN_NEXT, e]
-    after = ent[EN_ANON_AFTER, e]
+    p, n = ent[e, EN_PREV], ent[e, EN_NEXT]
+    after = ent[e, EN_ANON_AFTER]
     if p >= 0:
-        ent[EN_NEXT, p] = n
-        ent[EN_ANON_AFTER, p] += after
+        ent[p, EN_NEXT] = n
+        ent[p, EN_ANON_AFTER] += after
     else:
         inst_i[II_LRU_HEAD, g] = n
         inst_i[II_ANON_FRONT, g] += after
     if n >= 0:
-        ent[EN_PREV, n] = p
+        ent[n, EN_PREV] = p
     else:
         inst_i[II_LRU_TAIL, g] = p
-    ent[EN_PREV, e] = -1
-    ent[EN_NEXT, e] = -1
-    ent[EN_ANON_AFTER, e] = 0
+    ent[e, EN_PREV] = -1
+    ent[e, EN_NEXT] = -1
+    ent[e, EN_ANON_AFTER] = 0
 
 
 @njit(cache=True)
 def _lru_append(ent, inst_i, g, e):
     tail = inst_i[II_LRU_TAIL, g]
-    ent[EN_PREV, e] = tail
-    ent[EN_NEXT, e] = -1
-    ent[EN_ANON_AFTER, e] = 0
+    ent[e, EN_PREV] = tail
+    ent[e, EN_NEXT] = -1
+    ent[e, EN_ANON_AFTER] = 0
     if tail >= 0:
-        ent[EN_NEXT, tail] = e
+        ent[tail, EN_NEXT] = e
     else:
         inst_i[II_LRU_HEAD, g] = e
     inst_i[II_LRU_TAIL, g] = e
@@ -361,10 +436,10 @@ def _allocate(inst_i, ent, g, n):
         # join the front).
         while inst_i[II_ANON_FRONT, g] < n:
             e = inst_i[II_LRU_HEAD, g]
-            nb = ent[EN_BLOCKS, e]
+            nb = ent[e, EN_BLOCKS]
             _lru_remove(ent, inst_i, g, e)
             inst_i[II_ANON_FRONT, g] += nb
-            ent[EN_BLOCKS, e] = 0  # no longer cached
+            _delete(ent, inst_i, g, e)  # no longer cached
             inst_i[II_EVICTABLE, g] -= nb
         inst_i[II_ANON_FRONT, g] -= n
     else:
@@ -372,9 +447,9 @@ def _allocate(inst_i, ent, g, n):
         free = total - used - inst_i[II_EVICTABLE, g]
         while free < n:
             e = inst_i[II_LRU_HEAD, g]
-            nb = ent[EN_BLOCKS, e]
+            nb = ent[e, EN_BLOCKS]
             _lru_remove(ent, inst_i, g, e)
-            ent[EN_BLOCKS, e] = 0  # no longer cached
+            _delete(ent, inst_i, g, e)  # no longer cached
             inst_i[II_EVICTABLE, g] -= nb
             free += nb
     inst_i[II_USED, g] = used + n
@@ -387,16 +462,16 @@ def _release(req_i, unit_i, inst_i, ent, g, r, private):
     inst_i[II_USED, g] -= private
     tail = inst_i[II_LRU_TAIL, g]
     if tail >= 0:
-        ent[EN_ANON_AFTER, tail] += private
+        ent[tail, EN_ANON_AFTER] += private
     else:
         inst_i[II_ANON_FRONT, g] += private
-    e0, u0 = inst_i[II_ENT0, g], req_i[RI_UNIT0, r]
+    u0 = req_i[RI_UNIT0, r]
     for u in range(u0 + req_i[RI_HELD, r] - 1, u0 - 1, -1):
-        e = e0 + unit_i[U_KEY, u]
-        ent[EN_REF, e] -= 1
-        if ent[EN_REF, e] == 0:
+        e = _find(ent, inst_i, g, unit_i[U_KEY, u])
+        ent[e, EN_REF] -= 1
+        if ent[e, EN_REF] == 0:
             _lru_append(ent, inst_i, g, e)
-            nb = ent[EN_BLOCKS, e]
+            nb = ent[e, EN_BLOCKS]
             inst_i[II_EVICTABLE, g] += nb
             inst_i[II_USED, g] -= nb
     req_i[RI_HELD, r] = 0
@@ -405,13 +480,11 @@ def _release(req_i, unit_i, inst_i, ent, g, r, private):
 @njit(cache=True)
 def _matched_units(req_i, unit_i, inst_i, ent, g, r):
     """Leading units of ``r`` cached on instance ``g``."""
-    e0 = inst_i[II_ENT0, g]
     u0, u1 = req_i[RI_UNIT0, r], req_i[RI_UNIT1, r]
     n = 0
     while u0 + n < u1:
-        e = e0 + unit_i[U_KEY, u0 + n]
-        b = ent[EN_BLOCKS, e]
-        if b == 0 or b != unit_i[U_BLOCKS, u0 + n]:
+        e = _find(ent, inst_i, g, unit_i[U_KEY, u0 + n])
+        if e < 0 or ent[e, EN_BLOCKS] != unit_i[U_BLOCKS, u0 + n]:
             break
         n += 1
     return n
@@ -426,19 +499,19 @@ def cached_tokens(req_i, unit_i, inst_i, ent, g, r):
 
 @njit(cache=True)
 def _prefix_hit(req_i, unit_i, inst_i, ent, g, r):
-    """(hit tokens, hit units, idle blocks) of ``r`` on ``g``. At least one token is always
-    computed (vLLM recomputes the last token of a fully cached prompt)."""
-    u0 = req_i[RI_UNIT0, r]
-    n = _matched_units(req_i, unit_i, inst_i, ent, g, r)
+    """(hit tokens, hit units, idle blocks) of ``r`` on ``g``: its leading cached units,
+    short of any that reaches the prompt's end (vLLM recomputes the last token of a fully
+    cached prompt; unit ends only grow), and their blocks no running request holds."""
+    u0, u1 = req_i[RI_UNIT0, r], req_i[RI_UNIT1, r]
     target = req_i[RI_INPUT, r] + req_i[RI_GENERATED, r]
-    while n and unit_i[U_END, u0 + n - 1] >= target:
-        n -= 1
-    e0 = inst_i[II_ENT0, g]
-    idle = 0
-    for u in range(u0, u0 + n):
-        e = e0 + unit_i[U_KEY, u]
-        if ent[EN_REF, e] == 0:
-            idle += ent[EN_BLOCKS, e]
+    n = idle = 0
+    while u0 + n < u1 and unit_i[U_END, u0 + n] < target:
+        e = _find(ent, inst_i, g, unit_i[U_KEY, u0 + n])
+        if e < 0 or ent[e, EN_BLOCKS] != unit_i[U_BLOCKS, u0 + n]:
+            break
+        if ent[e, EN_REF] == 0:
+            idle += ent[e, EN_BLOCKS]
+        n += 1
     return (unit_i[U_END, u0 + n - 1] if n else 0), n, idle
 
 
@@ -537,7 +610,6 @@ def _can_admit(req_i, unit_i, inst_i, ent, g, budget, bs, max_seqs):
 def _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget, bs, max_seqs):
     """Move waiting requests into the batch, in queue order, while they fit."""
     R = run[g]
-    e0 = inst_i[II_ENT0, g]
     while inst_i[II_WQ_LEN, g] > 0 and inst_i[II_NRUN, g] < max_seqs and budget > 0:
         r = inst_i[II_WQ_HEAD, g]
         hit, n_units, idle = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
@@ -548,13 +620,13 @@ def _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget, bs, max_seqs):
             break
         u0 = req_i[RI_UNIT0, r]
         for u in range(u0, u0 + n_units):  # acquire the cached units
-            e = e0 + unit_i[U_KEY, u]
-            if ent[EN_REF, e] == 0:
+            e = _find(ent, inst_i, g, unit_i[U_KEY, u])
+            if ent[e, EN_REF] == 0:
                 _lru_remove(ent, inst_i, g, e)
-                nb = ent[EN_BLOCKS, e]
+                nb = ent[e, EN_BLOCKS]
                 inst_i[II_EVICTABLE, g] -= nb
                 inst_i[II_USED, g] += nb
-            ent[EN_REF, e] += 1
+            ent[e, EN_REF] += 1
         _allocate(inst_i, ent, g, new)
         req_i[RI_HELD, r] = n_units
         if not req_i[RI_SCHEDULED, r]:
@@ -709,14 +781,14 @@ def _register_units(req_i, unit_i, inst_i, ent, R, g, j):
     """Cache the prompt units running request ``j`` has fully computed (full blocks only).
     A unit another request cached first stays private to this one, as in vLLM."""
     r = R[RUN_ID, j]
-    e0, u0, u1 = inst_i[II_ENT0, g], req_i[RI_UNIT0, r], req_i[RI_UNIT1, r]
+    u0, u1 = req_i[RI_UNIT0, r], req_i[RI_UNIT1, r]
     comp = R[RUN_COMP, j]
     for u in range(u0 + req_i[RI_HELD, r], u1):
-        e = e0 + unit_i[U_KEY, u]
-        if unit_i[U_END, u] > comp or ent[EN_BLOCKS, e] > 0:
+        if unit_i[U_END, u] > comp or _find(ent, inst_i, g, unit_i[U_KEY, u]) >= 0:
             break
-        ent[EN_REF, e] = 1
-        ent[EN_BLOCKS, e] = unit_i[U_BLOCKS, u]
+        e = _insert(ent, inst_i, g, unit_i[U_KEY, u])
+        ent[e, EN_REF] = 1
+        ent[e, EN_BLOCKS] = unit_i[U_BLOCKS, u]
         req_i[RI_HELD, r] += 1
         R[RUN_SHARED, j] += unit_i[U_BLOCKS, u]
 

@@ -27,20 +27,22 @@ N_U = 3
 (II_CLUSTER, II_TOTAL, II_USED, II_EVICTABLE, II_NRUN, II_WQ_HEAD, II_WQ_TAIL, II_WQ_LEN, II_PENDING,
  II_SEG_LEN, II_SEG_USED0, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_ENT0, II_INFLIGHT, II_QPREFILL,
  II_SCR_WAITING, II_SCR_RUNNING, II_IX0, II_IX_HEAD, II_IX_TAIL, II_IX_COUNT, II_ANON_FRONT, II_EVICTION,
- II_RESTART) = range(26)
-N_II = 26
+ II_RESTART, II_ENT_MASK) = range(27)
+N_II = 27
 # II_IX*: the llm-d router's per-instance LRU of block keys (``ix[field, e]``);
 # II_ANON_FRONT: vLLM order, anonymous free blocks ahead of the first cached unit;
-# II_EVICTION: the instance's eviction order (EVICT_*); II_RESTART: BLIS restart preemption.
+# II_EVICTION: the instance's eviction order (EVICT_*); II_RESTART: BLIS restart preemption;
+# II_ENT0 / II_ENT_MASK: the instance's prefix-cache table, slots ENT0 .. ENT0 + MASK.
 # Instances, float64 ``inst_f[field, g]``.
 IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS = range(4)
 N_IF = 4
 # Running batch, int64 ``run[g, field, slot]`` in admission order.
 RUN_ID, RUN_INP, RUN_OUT, RUN_COMP, RUN_GEN, RUN_SHARED, RUN_TAKE, RUN_PREFILL, RUN_DECODE, RUN_DONE = range(10)
 N_RUN = 10
-# Prefix-cache entries, int64 ``ent[field, e]``; instance g's entry for key k is ENT0[g] + k.
-EN_REF, EN_BLOCKS, EN_PREV, EN_NEXT, EN_ANON_AFTER = range(5)
-N_EN = 5  # EN_ANON_AFTER: vLLM order, anonymous free blocks released right after the unit
+# Prefix-cache entries, int64 ``ent[e, field]``: per instance an open-addressing table (linear
+# probing, backward-shift deletion) of its cached units; EN_KEY is the unit's key + 1 (0: empty).
+EN_REF, EN_BLOCKS, EN_PREV, EN_NEXT, EN_ANON_AFTER, EN_KEY = range(6)
+N_EN = 6  # EN_ANON_AFTER: vLLM order, anonymous free blocks released right after the unit
 # Clusters, int64 ``clu_i[field, c]``.
 (CI_REQ0, CI_REQ1, CI_INST0, CI_INST1, CI_PTR, CI_ACTIVE, CI_HEAP_LEN, CI_NBANDS, CI_STATUS, CI_PENDING,
  CI_DECISION, CI_HAS_DECISION, CI_ROUTER, CI_RR_NEXT, CI_FLOW, CI_TICK, CI_ADMIT, CI_MAX_SEQS, CI_BUDGET,

@@ -57,6 +57,7 @@ from .layout import (
     II_ANON_FRONT,
     II_CLUSTER,
     II_ENT0,
+    II_ENT_MASK,
     II_EVICTION,
     II_IX0,
     II_IX_HEAD,
@@ -110,6 +111,17 @@ from .layout import (
 )
 from .steptime import N_PARAMS, lower
 from .units import prefix_classes, prefix_units, router_block_keys
+
+
+def _pow2_at_least(n: float) -> int:
+    return 1 << max(int(np.ceil(n)) - 1, 0).bit_length()
+
+
+def _table_size(x: ClusterInputs, units) -> int:
+    """Slots of an instance's prefix-cache table: a power of two at least twice the most
+    entries it can hold (every cached unit has a block of its own, and there are at most
+    as many units as distinct keys), so that linear probing stays short."""
+    return _pow2_at_least(2 * max(min(units[4], int(x.kv_blocks)), 4))
 
 
 def _keys_of(x: ClusterInputs) -> tuple:
@@ -168,8 +180,8 @@ class EngineState:
         """(requests, units, entries, instances, block keys, index entries) of a slot for ``x``."""
         sl = self.slack
         return (int(np.ceil(len(x.workload) * sl)), int(np.ceil(len(units[1]) * sl)),
-                x.instances * int(np.ceil(units[4] * sl)), x.instances, int(np.ceil(len(units[6]) * sl)),
-                x.instances * int(np.ceil(units[7] * sl)))
+                x.instances * _pow2_at_least(_table_size(x, units) * sl), x.instances,
+                int(np.ceil(len(units[6]) * sl)), x.instances * int(np.ceil(units[7] * sl)))
 
     def _allocate(self, caps: list[tuple[int, ...]], num_bands: int, max_seqs: int) -> None:
         C = len(caps)
@@ -185,7 +197,7 @@ class EngineState:
         self.unit_i = np.zeros((N_U, int(self.unit_off[-1])), np.int64)
         self.inst_i = np.zeros((N_II, NI), np.int64)
         self.inst_f = np.zeros((N_IF, NI))
-        self.ent = np.zeros((N_EN, int(self.ent_off[-1])), np.int64)
+        self.ent = np.zeros((int(self.ent_off[-1]), N_EN), np.int64)  # entry-major: one entry, one cache line
         self.run = np.zeros((NI, N_RUN, S), np.int64)
         self.seg = np.zeros((NI, SEGMENT_CHUNK))
         self.clu_i = np.zeros((N_CI, C), np.int64)
@@ -237,9 +249,9 @@ class EngineState:
             new.win_c[r0n:r0n + nr] = self.win_c[r0:r0 + nr]
             new.ccount[r0n:r0n + nr] = self.ccount[r0:r0 + nr]
             new.unit_i[:, u0n:u0n + nu] = self.unit_i[:, u0:u0 + nu]
-            new.ent[:, e0n:e0n + ne] = self.ent[:, e0:e0 + ne]
+            new.ent[e0n:e0n + ne] = self.ent[e0:e0 + ne]
             for f in (EN_PREV, EN_NEXT):
-                new.ent[f, e0n:e0n + ne] = shift(self.ent[f, e0:e0 + ne], de)
+                new.ent[e0n:e0n + ne, f] = shift(self.ent[e0:e0 + ne, f], de)
             new.inst_i[:, i0:i1] = self.inst_i[:, i0:i1]  # instance slots do not move
             for f in (II_WQ_HEAD, II_WQ_TAIL):
                 new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], dr)
@@ -274,15 +286,14 @@ class EngineState:
         return self._fit(c, x, _keys_of(x)) is None
 
     def _fit(self, c, x, units) -> str | None:
-        n_keys = units[4]
         if len(x.workload) > self.req_off[c + 1] - self.req_off[c]:
             return "requests"
         if len(units[1]) > self.unit_off[c + 1] - self.unit_off[c]:
             return "prefix units"
         if x.instances != self.inst_off[c + 1] - self.inst_off[c]:
             return "instances"
-        if x.instances * n_keys > self.ent_off[c + 1] - self.ent_off[c]:
-            return "prefix keys"
+        if _table_size(x, units) > self._slot_table(c, x.instances):
+            return "prefix-cache tables"
         if x.num_bands > self.num_bands or x.engine.max_num_seqs > self.max_seqs:
             return "bands or max_num_seqs"
         if len(units[6]) > self.bk_off[c + 1] - self.bk_off[c]:
@@ -291,10 +302,15 @@ class EngineState:
             return "router index entries"
         return None
 
+    def _slot_table(self, c: int, instances: int) -> int:
+        """Slots of each instance's prefix-cache table in slot ``c`` (a power of two)."""
+        per = int(self.ent_off[c + 1] - self.ent_off[c]) // max(instances, 1)
+        return 1 << (per.bit_length() - 1) if per else 0
+
     def load(self, c: int, x: ClusterInputs, units=None) -> None:
         """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset."""
         units = _keys_of(x) if units is None else units
-        uoff, keys, blocks, ends, n_keys, bk_off, bkeys, n_bkeys = units
+        uoff, keys, blocks, ends, _, bk_off, bkeys, n_bkeys = units
         short = self._fit(c, x, units)
         if short is not None:
             raise ValueError(f"cluster slot {c} has too little room for this workload's {short}")
@@ -330,8 +346,8 @@ class EngineState:
         self.unit_i[U_BLOCKS, u0:u0 + len(keys)] = blocks
         self.unit_i[U_END, u0:u0 + len(keys)] = ends
         e0, e1 = int(self.ent_off[c]), int(self.ent_off[c + 1])
-        self.ent[:, e0:e1] = 0
-        self.ent[EN_PREV, e0:e1] = self.ent[EN_NEXT, e0:e1] = -1
+        self.ent[e0:e1] = 0  # every table slot empty
+        table = self._slot_table(c, x.instances)
 
         b0, x0, x1 = int(self.bk_off[c]), int(self.ix_off[c]), int(self.ix_off[c + 1])
         ri[RI_BK0, r0:r1] = bk_off[:-1] + b0
@@ -351,7 +367,8 @@ class EngineState:
         ii[II_TOTAL, i0:i1] = x.kv_blocks
         ii[II_WQ_HEAD, i0:i1] = ii[II_WQ_TAIL, i0:i1] = -1
         ii[II_LRU_HEAD, i0:i1] = ii[II_LRU_TAIL, i0:i1] = -1
-        ii[II_ENT0, i0:i1] = e0 + n_keys * np.arange(x.instances)
+        ii[II_ENT0, i0:i1] = e0 + table * np.arange(x.instances)
+        ii[II_ENT_MASK, i0:i1] = table - 1
         self.inst_f[:, i0:i1] = 0.0
         self.inst_f[IF_NEXT_T, i0:i1] = np.inf
         self.run[i0:i1] = 0

@@ -9,6 +9,9 @@
 * :func:`plot_load_sweep` - a metric against the load points in the units they were given
   (load fraction, published QPS or req/s), one line per policy, with the bootstrap
   interval as a band.
+* :func:`plot_objective_vs_param` - a tuning objective against one parameter, one series
+  per scenario (every trial a marker, infeasible ones hollow), as in the LMetric paper's
+  tuning figures (``llmsched-gym tune``, the reproduction's tuning study).
 """
 
 from __future__ import annotations
@@ -162,5 +165,47 @@ def plot_load_sweep(stats: list[dict], path, *, scenario: str, cls: str = "all",
         ax.grid(alpha=0.3, which="both")
         ax.set_title(f"{scenario} ({cls})", fontsize=10)
     axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_objective_vs_param(series: list[dict], path, *, xlabel: str, ylabel: str, log: bool = False,
+                            connect: bool = True, best: tuple | None = None, hlines: list[dict] | None = None,
+                            title: str = "") -> Path:
+    """The objective of every trial against a parameter.
+
+    ``series``: dicts with ``label``, ``x``, ``y`` and optionally ``feasible`` (same
+    length; infeasible trials are hollow markers); ``connect`` joins each series' points
+    in x order (a one-parameter search traces the objective's curve); ``best`` = (x, y)
+    is starred; ``hlines``: dicts with ``y``, ``label`` and optionally ``color`` (the level
+    of a reference policy, dashed).
+    """
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, s in enumerate(series):
+        color = s.get("color", colors[k % len(colors)])
+        x, y = np.asarray(s["x"], float), np.asarray(s["y"], float)
+        ok = np.asarray(s.get("feasible", [True] * len(x)), bool)
+        order = np.argsort(x, kind="stable")
+        if connect and len(x) > 1:
+            ax.plot(x[order], y[order], color=color, lw=1.2, alpha=0.8)
+        ax.scatter(x[ok], y[ok], color=color, s=22, label=s.get("label") or None, zorder=3)
+        if (~ok).any():
+            ax.scatter(x[~ok], y[~ok], facecolors="none", edgecolors=color, s=22, zorder=3,
+                       label=f"{s.get('label') or 'trial'} (infeasible)")
+    for h in hlines or []:
+        ax.axhline(h["y"], color=h.get("color", "gray"), ls="--", lw=1.0, label=h.get("label"))
+    if best is not None:
+        ax.scatter([best[0]], [best[1]], marker="*", s=180, color="black", zorder=4, label="best")
+    if log:
+        ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     fig.tight_layout()
     return _save(fig, path)
