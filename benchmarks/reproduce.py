@@ -4,11 +4,18 @@
     python benchmarks/reproduce.py --quick      # reduced: 1 seed, shortened windows (~3 min)
     python benchmarks/reproduce.py --render-only  # rebuild the report from the last run's data
     python benchmarks/reproduce.py --backend ray --ray-address auto  # the cells on a running Ray cluster
+    python benchmarks/reproduce.py --only tuning  # only the tuning study (section 6, ~3 min; [tune] extra)
 
 Every cell runs through :func:`llmsched_gym.evaluate` (paired seeds; all studies share one
 run of the backend: a local process pool, or Ray with ``--backend ray``; the results are
 the same on either). Raw rows go to ``results/reproduce/rows.json`` (not committed), the
 statistics to ``docs/figures/summary.csv``, the report to ``docs/results.md``.
+
+The tuning study (section 6: the Bailian weight and the AIBrix threshold tuned with
+``llmsched-gym tune`` on chatbot, agent and coder at 50% load, against untuned LMetric)
+keeps its trials in ``docs/figures/tuning.json``; ``--only tuning`` reruns it alone and
+replaces section 6 (and its summary line) in the existing report, and every later render
+includes it.
 """
 
 from __future__ import annotations
@@ -43,6 +50,32 @@ ROUTING_SCENARIOS = ["chatbot", "agent", "coder", "toolagent"]
 ADM_POLICIES = ["admission=legacy+flow_control=none+label=legacy",
                 "admission=probabilistic+flow_control=none+label=probabilistic"]
 ADM_LOADS = {"load=0.5": "under", "load=0.8": "mid"}
+#: The tuning study (section 6): spaces as `llmsched-gym tune --space`, on these scenarios at load 0.5.
+TUNE_SCENARIOS = ["chatbot", "agent", "coder"]
+TUNE_SPACES = {"bailian": ("bailian:lam=0..1", "bailian.lam", 0.6), "aibrix": ("aibrix:imbalance=1..64:log",
+                                                                             "aibrix.imbalance", 8)}
+TUNE_OBJECTIVE = "ttft_mean"
+TUNE_FILE = FIG / "tuning.json"
+#: A trial is near-optimal when its objective is within this fraction of the best.
+NEAR = 0.02
+#: What the curves of the recorded run (docs/figures/tuning.json, 20 trials x 2 seeds) show.
+TUNING_NOTE = (
+    "Reading the curves (figures below). Bailian on chatbot has a cliff, not a plateau: mean TTFT falls until "
+    "lam ~0.7, stays within 2% of the optimum up to ~0.79, then rises steeply (1.4x the optimum at lam 0.88, "
+    "~200x at lam >= 0.96), where the cache term outweighs load and requests pile onto the instances holding "
+    "the popular system prompts (seed 0 at lam 0.96: the busiest instance gets 5x the mean share, 34 "
+    "preemptions; at the optimum 1.05x, none). On agent, whose long shared tool prompts make a hit worth "
+    "almost any imbalance, TTFT keeps falling up to lam 0.95-0.99; on coder it is flat within 2% from 0.74 to "
+    "0.99. Chatbot's optimum (0.71-0.79, where the published ChatBot optimum 0.7 also lies) is therefore well "
+    "apart from agent's (>= 0.95): the weight has to be tuned per workload, as published, though the published "
+    "API optimum (0.55) lies below the ChatBot one and agent's here lies above it. AIBrix's threshold has a "
+    "knee instead of an optimum: below it (about 6 on chatbot, 7 on coder, 9-12 on agent) the least-request "
+    "fallback fires too often and costs cache hits (coder, seed 0: hit ratio 0.70 at imbalance 1, 0.84 at 4, "
+    "0.86 at 16); above it mean TTFT is flat to within 1%, identical to 4 digits from 17 to 61 on agent and "
+    "from 12 to 63 on coder (the fallback no longer fires), so one setting (>= 16) is near-optimal on all three "
+    "workloads and the default 8 is within 3%: unlike the published 4-vs-16, no per-workload tuning is needed "
+    "here. Untuned LMetric beats both tuned baselines on chatbot and coder and loses to both on agent, the "
+    "agent gap of section 2 (see its investigation).")
 
 
 def studies(quick: bool) -> list[Study]:
@@ -386,6 +419,10 @@ def render(results: list, quick: bool, runtime_s: float, seeds: list[int]) -> st
         L.append("![kv-hotspot CDFs](figures/kv-hotspot-ttft-tpot-cdf.png)\n")
 
     L += admission_section(by, quick)
+    if TUNE_FILE.exists():
+        lines, bullet = tuning_section(json.loads(TUNE_FILE.read_text()))
+        L += lines
+        route_summary.append(bullet)
 
     # ---------------------------------------------------------------- summary
     L.insert(next(i for i, x in enumerate(L) if x.startswith("## 1.")), "## Summary\n\n" + "\n".join(f"- {x}" for x in route_summary) + "\n"
@@ -465,6 +502,165 @@ def admission_section(by: dict, quick: bool = False) -> list[str]:
     return L
 
 
+# ====================================================================== tuning (section 6)
+def tuning_study(trials: int, seeds: list[int], backend) -> dict:
+    """Tune each of TUNE_SPACES on each of TUNE_SCENARIOS (load 0.5, mean TTFT), and measure
+    untuned LMetric and the two policies' defaults on the same seeds."""
+    from llmsched_gym.evaluation import evaluate
+    from llmsched_gym.evaluation.tune import tune
+
+    out = {"trials": trials, "seeds": seeds, "objective": TUNE_OBJECTIVE, "load": 0.5, "startup_trials": 10,
+           "studies": []}
+    start = time.perf_counter()
+    for sc in TUNE_SCENARIOS:
+        refs = evaluate(sc, "lmetric;" + ";".join(TUNE_SPACES), seeds, load=0.5, backend=backend)
+        stats = refs.stats(metrics=("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99"))
+        ref = {pol: {m: _rec(stats, sc, "load=0.5", pol, m, "all")["median"]
+                     for m in ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99")} for pol in refs.unique("policy")}
+        for pol, (space, _key, _default) in TUNE_SPACES.items():
+            t0 = time.perf_counter()
+            res = tune(sc, [space], TUNE_OBJECTIVE, trials=trials, seeds=seeds, load=0.5, backend=backend,
+                       startup_trials=out["startup_trials"], progress=True)
+            print(f"{sc} {pol}: best {res.best_spec} ({TUNE_OBJECTIVE} {res.best['objective']:.4g}) "
+                  f"in {time.perf_counter() - t0:.0f} s")
+            out["studies"].append({"scenario": sc, "policy": pol, "space": space, "qps": res.meta["qps"],
+                                   "best": res.best, "trials": res.trials, "references": ref,
+                                   "evaluated": res.meta["evaluated"], "wall_s": res.wall_seconds})
+    out["runtime_s"] = time.perf_counter() - start
+    return out
+
+
+def _near(study: dict, key: str) -> tuple[float, float]:
+    """The range of the parameter over the near-optimal trials (objective within NEAR of the best)."""
+    best = study["best"]["objective"]
+    xs = [t[key] for t in study["trials"] if t["objective"] is not None and t["objective"] <= best * (1 + NEAR)]
+    return min(xs), max(xs)
+
+
+def _fmt_param(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def tuning_figures(data: dict) -> list[Path]:
+    """Per policy: mean TTFT over the scenario's tuned optimum against the parameter, a line per
+    scenario, untuned LMetric's level dashed in the same colour."""
+    from llmsched_gym.evaluation.plots import plot_objective_vs_param
+
+    files = []
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
+    for pol, (_space, key, default) in TUNE_SPACES.items():
+        series, hlines = [], []
+        for k, sc in enumerate(TUNE_SCENARIOS):
+            st = next((x for x in data["studies"] if x["scenario"] == sc and x["policy"] == pol), None)
+            if st is None:
+                continue
+            best = st["best"]["objective"]
+            ok = [t for t in st["trials"] if t["objective"] is not None]
+            series.append({"label": f"{sc} (best {_fmt_param(st['best'][key])})", "x": [t[key] for t in ok],
+                           "y": [t["objective"] / best for t in ok], "color": colors[k]})
+            hlines.append({"y": st["references"]["lmetric"]["ttft_mean"] / best, "color": colors[k],
+                           "label": f"untuned lmetric ({sc})"})
+        files.append(plot_objective_vs_param(
+            series, FIG / f"tuning-{key.replace('.', '-')}.png", xlabel=f"{key} (default {default})",
+            ylabel="mean TTFT / the scenario's tuned optimum (log)", log=pol == "aibrix", logy=True, hlines=hlines,
+            title=f"{pol}: {data['trials']} TPE trials x {len(data['seeds'])} seeds per scenario, load 0.5"))
+    return files
+
+
+def tuning_section(data: dict) -> tuple[list[str], str]:
+    """Section 6 of the report and its summary line."""
+    trials, seeds = data["trials"], data["seeds"]
+    L = ["## 6. Tuning: the Bailian weight and the AIBrix threshold per workload\n",
+         f"Generated by `python benchmarks/reproduce.py --only tuning` ({trials} trials x {len(seeds)} paired seeds "
+         f"{seeds} per scenario and policy, {data['runtime_s'] / 60:.1f} min wall on {os.cpu_count()} CPUs; the "
+         "same search as `llmsched-gym tune --scenario SC --load 0.5 --space SPACE --objective ttft_mean "
+         f"--trials {trials} --seeds {len(seeds)}`). Objective: mean TTFT over all requests (median over the seeds), "
+         f"minimized with Optuna's seeded TPE ({data['startup_trials']} random trials, then TPE; the same sampler seed, so "
+         "the random candidates are the same on every workload) over `bailian:lam=0..1` (the weight "
+         "of the cache term, default 0.6) and `aibrix:imbalance=1..64:log` (integers; the max-min running-request "
+         f"gap above which AIBrix falls back to least-request, default 8). *Near-optimal*: the trials within "
+         f"{NEAR:.0%} of the best. Untuned LMetric and the two defaults are measured on the same seeds. Published "
+         "(LMetric paper): the best linear-combination weight is 0.7 on ChatBot but 0.55 on API, and the best "
+         "filter threshold of an AIBrix-style router 4 on one trace and 16 on another: each workload needs its "
+         "own tuning, which LMetric avoids.\n",
+         "| scenario | req/s | Bailian best `lam` | near-optimal `lam` | mean TTFT tuned / `lam=0.6` | AIBrix best "
+         "`imbalance` | near-optimal `imbalance` | mean TTFT tuned / `imbalance=8` | untuned LMetric | Δ LMetric vs "
+         "tuned Bailian | Δ LMetric vs tuned AIBrix |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
+    ranges = {pol: {} for pol in TUNE_SPACES}
+    gaps = []
+    for sc in TUNE_SCENARIOS:
+        st = {pol: next((x for x in data["studies"] if x["scenario"] == sc and x["policy"] == pol), None)
+              for pol in TUNE_SPACES}
+        if not all(st.values()):
+            continue
+        lm = st["bailian"]["references"]["lmetric"]["ttft_mean"]
+        cells = [sc, f"{st['bailian']['qps']:.1f}"]
+        vs = []
+        for pol, (_space, key, _default) in TUNE_SPACES.items():
+            x = st[pol]
+            lo, hi = _near(x, key)
+            ranges[pol][sc] = (lo, hi)
+            best = x["best"]["objective"]
+            cells += [f"**{_fmt_param(x['best'][key])}**", _fmt_param(lo) if lo == hi else f"{_fmt_param(lo)}-{_fmt_param(hi)}",
+                      f"{_s(best)} / {_s(x['references'][pol]['ttft_mean'])}"]
+            vs.append(lm / best - 1)
+        gaps.append((sc, vs))
+        cells += [_s(lm)] + [_pct(v) for v in vs]
+        L.append("| " + " | ".join(cells) + " |")
+    L.append("")
+    verdicts, short = [], []
+    for pol, (_space, key, _default) in TUNE_SPACES.items():
+        r = ranges[pol]
+        pairs = [(a, b) for i, a in enumerate(r) for b in list(r)[i + 1:]]
+        apart = [(a, b) for a, b in pairs if r[a][1] < r[b][0] or r[b][1] < r[a][0]]
+        bests = " / ".join(_fmt_param(next(x for x in data["studies"] if x["scenario"] == sc and x["policy"] == pol)
+                                      ["best"][key]) for sc in r)
+        head = f"{pol} `{key.split('.')[1]}` best {bests} ({' / '.join(r)})"
+        if apart:
+            v = (f"{head}; the near-optimal ranges of " + ", ".join(f"{a} and {b}" for a, b in apart)
+                 + " do not overlap: the optimum moves between workloads (agrees)")
+            short.append(f"{head}: moves (agrees)")
+        else:
+            v = (f"{head}; the near-optimal ranges all overlap, so the best values differ by less than the "
+                 "objective's flatness near its optimum: the optimum does not measurably move (**disagrees**)")
+            short.append(f"{head}: does not measurably move (**disagrees**)")
+        verdicts.append(v)
+    lm_line = "untuned LMetric's mean TTFT vs the tuned optima: " + "; ".join(
+        f"{sc} {_pct(b)} vs Bailian, {_pct(a)} vs AIBrix" for sc, (b, a) in gaps)
+    L += [f"- {v}" for v in verdicts] + [f"- {lm_line}", ""]
+    if (trials, len(seeds)) == (20, 2):  # the run the note was written from
+        L += [TUNING_NOTE + "\n"]
+    for pol, (_space, key, _default) in TUNE_SPACES.items():
+        L.append(f"![{pol} tuning](figures/tuning-{key.replace('.', '-')}.png)\n")
+    bullet = "tuning at load 0.5 (mean TTFT): " + "; ".join(short) + "; " + lm_line
+    return L, bullet
+
+
+def splice_section(text: str, lines: list[str], bullet: str) -> str:
+    """``text`` (a rendered report) with section 6 and its summary line replaced (or added)."""
+    section = "\n".join(lines) + "\n"
+    start = text.find("## 6. ")
+    if start < 0:
+        text = text.rstrip("\n") + "\n\n" + section
+    else:
+        nxt = text.find("\n## ", start + 1)
+        text = text[:start] + section + (text[nxt + 1:] if nxt >= 0 else "")
+    out, in_summary, placed = [], False, False
+    for line in text.split("\n"):
+        if line.startswith("## "):
+            if in_summary and not placed:
+                while out and out[-1] == "":
+                    out.pop()
+                out += [f"- {bullet}", ""]
+                placed = True
+            in_summary = line.startswith("## Summary")
+        if in_summary and line.startswith("- tuning:"):
+            line, placed = f"- {bullet}", True
+        out.append(line)
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1 seed, shortened windows (a few minutes)")
@@ -473,7 +669,28 @@ def main(argv=None) -> int:
     add_backend_args(ap)
     ap.add_argument("--render-only", action="store_true", help="rebuild the report from results/reproduce/rows.json")
     ap.add_argument("--out", default=str(DOCS / "results.md"))
+    ap.add_argument("--only", choices=["tuning"], help="run only this study and replace its section in --out")
+    ap.add_argument("--tune-trials", type=int, default=20, help="trials per scenario and policy (default 20)")
+    ap.add_argument("--tune-seeds", type=int, default=2, help="paired seeds of the tuning study (default 2)")
     args = ap.parse_args(argv)
+    if args.only == "tuning":
+        if args.render_only:  # section 6 again from docs/figures/tuning.json
+            data = json.loads(TUNE_FILE.read_text())
+        else:
+            backend = backend_from_args(args)
+            try:
+                data = tuning_study(args.tune_trials, list(range(args.tune_seeds)), backend)
+            finally:
+                backend.close()
+            FIG.mkdir(parents=True, exist_ok=True)
+            TUNE_FILE.write_text(json.dumps(data, indent=1, default=lambda o: None if o != o else float(o)))
+        tuning_figures(data)
+        lines, bullet = tuning_section(data)
+        out = Path(args.out)
+        out.write_text(splice_section(out.read_text() if out.exists() else "", lines, bullet))
+        print(f"wrote {out} (section 6)" + ("" if args.render_only else f", {TUNE_FILE}") + " and the tuning figures "
+              f"(a {data['runtime_s'] / 60:.1f} min study)")
+        return 0
     sts = studies(args.quick)
     raw = RAW / ("rows-quick.json" if args.quick else "rows.json")
     if args.render_only:
@@ -510,6 +727,8 @@ def main(argv=None) -> int:
             continue
         name = table.rows[0]["scenario"] if table.rows else str(st.scenario)
         make_figures(st, table, stats, FIG, prefix=f"{name}-admission" if st.title == "admission" else None)
+    if TUNE_FILE.exists():
+        tuning_figures(json.loads(TUNE_FILE.read_text()))
     ResultTable(all_stats).to_csv(FIG / "summary.csv")
     text = render(results, args.quick, runtime, seeds)
     Path(args.out).write_text(text)

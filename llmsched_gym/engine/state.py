@@ -10,7 +10,7 @@ prefix-cache table with one entry per distinct unit key of its cluster's workloa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba.typed import List
@@ -125,10 +125,13 @@ def _table_size(x: ClusterInputs, units) -> int:
 
 
 def _keys_of(x: ClusterInputs) -> tuple:
-    """Prefix units and router block keys of a cluster's workload (see :mod:`.units`)."""
-    bk = router_block_keys(x.workload, *x.router_block_keys) if x.router_block_keys else (
-        np.zeros(len(x.workload) + 1, np.int64), np.zeros(0, np.int64), 0)
-    return prefix_units(x.workload, x.engine.block_size) + bk
+    """Prefix units and router block keys of a cluster's workload (see :mod:`.units`),
+    computed once per inputs."""
+    if x.units is None:
+        bk = router_block_keys(x.workload, *x.router_block_keys)[:3] if x.router_block_keys else (
+            np.zeros(len(x.workload) + 1, np.int64), np.zeros(0, np.int64), 0)
+        x.units = prefix_units(x.workload, x.engine.block_size) + bk
+    return x.units
 
 
 @dataclass
@@ -152,6 +155,7 @@ class ClusterInputs:
     router_block_keys: tuple | None = None  # (block_tokens, max_blocks) of a compiled llm-d router
     saturation: object = None  # llmsched_gym.gateway.saturation.SaturationConfig (None: the default)
     prefix_classes: tuple | None = None  # (prefix_blocks, block_tokens) of a compiled LMetric detector
+    units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
 class EngineState:

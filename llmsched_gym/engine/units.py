@@ -11,9 +11,37 @@ the per-instance prefix-cache tables of the compiled engine.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..errors import ConfigError
 from ..workloads.workload import Workload
+
+
+@njit(cache=True)
+def dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
+    """(id of each key, number of distinct keys): ids 0, 1, ... in order of first
+    occurrence, through an open-addressing table (linear time, unlike sorting). Only
+    equality of keys matters to the tables the ids index, not their order."""
+    n = len(keys)
+    size = 16
+    while size < 2 * n:
+        size *= 2
+    mask = size - 1
+    slot_key = np.empty(size, np.int64)
+    slot_id = np.full(size, -1, np.int64)
+    ids = np.empty(n, np.int64)
+    distinct = 0
+    for i in range(n):
+        k = keys[i]
+        x = k * -7046029254386353131  # Fibonacci hashing (0x9E3779B97F4A7C15 as int64); wraps
+        h = (x ^ (x >> 29)) & mask
+        while slot_id[h] >= 0 and slot_key[h] != k:
+            h = (h + 1) & mask
+        if slot_id[h] < 0:
+            slot_key[h], slot_id[h] = k, distinct
+            distinct += 1
+        ids[i] = slot_id[h]
+    return ids, distinct
 
 
 def prefix_units(workload: Workload, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
@@ -36,26 +64,37 @@ def prefix_units(workload: Workload, block_size: int) -> tuple[np.ndarray, np.nd
     if total == 0:
         empty = np.zeros(0, np.int64)
         return offsets, empty, empty, empty, 0
-    req = np.repeat(np.arange(n), counts)
-    k = np.arange(total, dtype=np.int64) - offsets[req]  # unit index within its request
-    base = workload.hash_offsets[req]
-    if G >= bs:
-        keys = workload.hash_ids[base + k]
-        start = k * G
-        blocks = np.minimum(G, inp[req] - start) // bs
-    else:
-        idx = np.minimum((k + 1) * (bs // G) - 1, m[req] - 1)
-        keys = workload.hash_ids[base + idx]
-        start = k * bs
-        blocks = np.ones(total, np.int64)
-    ends = start + blocks * bs
-    uniq, dense = np.unique(keys, return_inverse=True)
-    return offsets, dense.astype(np.int64), blocks.astype(np.int64), ends.astype(np.int64), len(uniq)
+    keys, blocks, ends = _unit_spans(workload.hash_ids.astype(np.int64), workload.hash_offsets.astype(np.int64),
+                                     inp.astype(np.int64), offsets, G, bs)
+    dense, distinct = dense_ids(keys)
+    return offsets, dense, blocks, ends, distinct
+
+
+@njit(cache=True)
+def _unit_spans(hash_ids, hash_offsets, inp, offsets, G, bs):
+    """(hash key, full blocks, token end) of every unit, one pass (see prefix_units)."""
+    total = offsets[-1]
+    keys, blocks, ends = np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.int64)
+    for r in range(len(offsets) - 1):
+        base, m = hash_offsets[r], hash_offsets[r + 1] - hash_offsets[r]
+        for k in range(offsets[r + 1] - offsets[r]):
+            u = offsets[r] + k
+            if G >= bs:
+                keys[u] = hash_ids[base + k]
+                start = k * G
+                blocks[u] = min(G, inp[r] - start) // bs
+            else:  # one block per unit, keyed by the chain id of its last hash block
+                keys[u] = hash_ids[base + min((k + 1) * (bs // G) - 1, m - 1)]
+                start = k * bs
+                blocks[u] = 1
+            ends[u] = start + blocks[u] * bs
+    return keys, blocks, ends
 
 
 def router_block_keys(workload: Workload, block_tokens: int, max_blocks: int = 0
-                      ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(offsets[n+1], dense keys, distinct keys) of every request's router block keys.
+                      ) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
+    """(offsets[n+1], dense keys, distinct keys, the keys themselves) of every request's
+    router block keys.
 
     The keys of :meth:`~llmsched_gym.gateway.view.RequestInfo.block_keys` (full blocks of
     ``block_tokens`` prompt tokens, chained through the hash ids; unique to the request
@@ -70,7 +109,7 @@ def router_block_keys(workload: Workload, block_tokens: int, max_blocks: int = 0
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     total = int(offsets[-1])
     if total == 0:
-        return offsets, np.zeros(0, np.int64), 0
+        return offsets, np.zeros(0, np.int64), 0, np.zeros(0, np.int64)
     req = np.repeat(np.arange(n), counts)
     j = np.arange(total, dtype=np.int64) - offsets[req] + 1  # block number, from 1
     end_token = j * bt
@@ -82,9 +121,9 @@ def router_block_keys(workload: Workload, block_tokens: int, max_blocks: int = 0
         chained = h * (G // bt + 1) + ((end_token - 1) % max(G, 1)) // bt
     else:
         chained = h
-    keys = np.where(hashed, chained, -(req * 1_000_003 + j))
-    uniq, dense = np.unique(keys, return_inverse=True)
-    return offsets, dense.astype(np.int64), len(uniq)
+    keys = np.where(hashed, chained, -(req * 1_000_003 + j)).astype(np.int64)
+    dense, distinct = dense_ids(keys)
+    return offsets, dense, distinct, keys
 
 
 def prefix_classes(workload: Workload, prefix_blocks: int, block_tokens: int) -> tuple[np.ndarray, int]:
@@ -92,7 +131,7 @@ def prefix_classes(workload: Workload, prefix_blocks: int, block_tokens: int) ->
     detector: the request's prefix group if it has one, else the chained key of its first
     ``prefix_blocks`` blocks of ``block_tokens`` (None without a full block)."""
     n = len(workload)
-    offsets, keys, _ = router_block_keys(workload, block_tokens)
+    offsets, _, _, keys = router_block_keys(workload, block_tokens)  # classes order by key
     counts = np.diff(offsets)
     group = workload.prefix_group
     has_key = counts > 0

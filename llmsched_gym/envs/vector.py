@@ -334,11 +334,14 @@ class LLMSchedVectorEnv(VectorEnv):
         a = np.asarray(actions, dtype=float)
         if a.shape != (self.num_envs, k):
             raise ValueError(f"{what}: actions must have shape ({self.num_envs}, {k}), got {a.shape}")
-        for i, row in enumerate(a):
-            if not np.isfinite(row).all():
-                raise ValueError(f"{what}: action of environment {i} has non-finite values: {row}")
-            if (row < -1e-6).any() or (row > 1 + 1e-6).any():
-                raise ValueError(f"{what}: action values must lie in [0, 1], got {row} for environment {i}")
+        bad = ~np.isfinite(a).all(axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{what}: action of environment {i} has non-finite values: {a[i]}")
+        bad = ((a < -1e-6) | (a > 1 + 1e-6)).any(axis=1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{what}: action values must lie in [0, 1], got {a[i]} for environment {i}")
         return np.clip(a, 0.0, 1.0)
 
     def _band_tables(self, clusters) -> None:

@@ -170,15 +170,15 @@ def plot_load_sweep(stats: list[dict], path, *, scenario: str, cls: str = "all",
 
 
 def plot_objective_vs_param(series: list[dict], path, *, xlabel: str, ylabel: str, log: bool = False,
-                            connect: bool = True, best: tuple | None = None, hlines: list[dict] | None = None,
-                            title: str = "") -> Path:
+                            logy: bool = False, connect: bool = True, best: tuple | None = None,
+                            hlines: list[dict] | None = None, title: str = "") -> Path:
     """The objective of every trial against a parameter.
 
     ``series``: dicts with ``label``, ``x``, ``y`` and optionally ``feasible`` (same
     length; infeasible trials are hollow markers); ``connect`` joins each series' points
     in x order (a one-parameter search traces the objective's curve); ``best`` = (x, y)
     is starred; ``hlines``: dicts with ``y``, ``label`` and optionally ``color`` (the level
-    of a reference policy, dashed).
+    of a reference policy, dashed); ``log`` / ``logy``: logarithmic x / y axis.
     """
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -200,6 +200,9 @@ def plot_objective_vs_param(series: list[dict], path, *, xlabel: str, ylabel: st
     if log:
         ax.set_xscale("log")
         _plain_log_ticks(ax.xaxis)
+    if logy:
+        ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
