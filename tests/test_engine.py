@@ -142,11 +142,20 @@ def test_prefix_table_keeps_keys_and_free_queue_through_deletions():
     """Per-instance prefix-cache table: colliding keys are found after any deletion order
     (backward-shift deletion), and moved entries keep their free-queue links."""
     from llmsched_gym.engine import kernel
-    from llmsched_gym.engine.layout import EN_KEY, EN_NEXT, EN_PREV, II_ENT0, II_ENT_MASK, II_LRU_HEAD, N_EN, N_II
+    from llmsched_gym.engine.layout import (
+        EN_KEY,
+        EN_NEXT,
+        EN_PREV,
+        II_ENT0,
+        II_ENT_MASK,
+        II_LRU_HEAD,
+        N_EN,
+        N_II,
+    )
 
     rng = np.random.default_rng(0)
     size = 16
-    for trial in range(50):
+    for _ in range(50):
         ent = np.zeros((size, N_EN), np.int64)
         inst = np.zeros((N_II, 1), np.int64)
         inst[II_ENT0, 0], inst[II_ENT_MASK, 0] = 0, size - 1
