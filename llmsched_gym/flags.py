@@ -3,8 +3,8 @@ ones, the gateway-policy flags (``--router``, ``--flow-control``, ``--admission`
 ``--epp-config``) and where many simulations run (``--backend``, ``--ray-address``).
 
 A layer below the modules that define subcommands (:mod:`llmsched_gym.cli` for ``run``,
-:mod:`llmsched_gym.evaluation.harness` for ``compare``) and the scripts of
-``benchmarks/``, which use it.
+:mod:`llmsched_gym.evaluation.harness` for ``compare``, :mod:`llmsched_gym.evaluation.tune`
+for ``tune``) and the scripts of ``benchmarks/``, which use it.
 """
 
 from __future__ import annotations

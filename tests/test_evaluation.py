@@ -59,6 +59,20 @@ def test_parallel_equals_serial_and_paired_seeds():
     assert len(csv_text.splitlines()) == len(serial) + 1
 
 
+def test_paired_seeds_run_as_one_batch_bit_for_bit():
+    from llmsched_gym.evaluation import harness
+
+    plan = harness._plan("codegen", "jsq;soft-reflective-ceiling", 3, qps=8, overrides=SHORT)
+    tasks = plan["tasks"]
+    assert harness._batches(tasks, 1) == [[0, 1, 2], [3, 4, 5]]  # the seeds of a policy together
+    assert len(harness._batches(tasks, 4)) == 4  # split while there are idle workers
+    for part in (tasks[:3], tasks[3:]):
+        batched, alone = harness._run_cells(part), [harness._run_cell(t) for t in part]
+        for b, a in zip(batched, alone):
+            b["cell"].pop("wall_seconds"), a["cell"].pop("wall_seconds")
+            assert json.dumps(b, sort_keys=True) == json.dumps(a, sort_keys=True)
+
+
 # ---------------------------------------------------------------- statistics
 def test_confidence_intervals_shrink_with_more_seeds():
     table = evaluate("codegen", ["llm-d"], 24, qps=8, overrides=SHORT, workers=1)

@@ -152,11 +152,42 @@ def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides:
 # ====================================================================== one cell
 def _run_cell(task: dict) -> dict:
     """Run one cell (top-level, so it pickles for spawned workers)."""
+    sim = task["scenario"].simulator(task["seed"], **task["policy"])
+    sim.run()
+    return _cell_result(task, sim)
+
+
+def _run_cells(tasks: list[dict]) -> list[dict]:
+    """Run cells as one batched simulation (cluster c of a batch gives what it gives
+    alone, bit for bit); their results in order."""
+    from ..simulator import SimulatorBatch
+
+    sims = [t["scenario"].simulator(t["seed"], **t["policy"], batch=False) for t in tasks]
+    SimulatorBatch(sims).run()
+    return [_cell_result(t, sim) for t, sim in zip(tasks, sims)]
+
+
+def _batches(tasks: list[dict], workers: int) -> list[list[int]]:
+    """Task indices in batches: the seeds of each (point, policy) together, split further
+    while there are fewer batches than workers."""
+    groups: dict = {}
+    for i, t in enumerate(tasks):
+        groups.setdefault(t["key"][:2], []).append(i)
+    batches = list(groups.values())
+    while len(batches) < workers:
+        big = max(range(len(batches)), key=lambda b: len(batches[b]))
+        if len(batches[big]) < 2:
+            break
+        group = batches.pop(big)
+        batches[big:big] = [group[: len(group) // 2], group[len(group) // 2:]]
+    return batches
+
+
+def _cell_result(task: dict, sim) -> dict:
+    """The summary row data of one finished cell."""
     from .metrics import request_records, summarize
 
-    sc, pol, seed = task["scenario"], task["policy"], task["seed"]
-    sim = sc.simulator(seed, **pol)
-    sim.run()
+    sc = task["scenario"]
     s = summarize(sim)
     t = sim.table
     dispatched = t.instance[t.instance >= 0]
@@ -336,6 +367,16 @@ def _execute(tasks: list[dict], workers, progress, mp_context=None, backend=None
     """Every cell through the backend, in task order; and how many workers ran them."""
     be = make_backend(backend, workers=workers, address=ray_address, mp_context=mp_context)
     total = len(tasks)
+    batches = _batches(tasks, be.workers(total))
+    run = [[tasks[i] for i in b] for b in batches]
+
+    def in_task_order(per_batch: list[list[dict]]) -> list[dict]:
+        results: list = [None] * total
+        for b, rs in zip(batches, per_batch):
+            for i, r in zip(b, rs):
+                results[i] = r
+        return results
+
     try:
         if progress is True:
             from rich.progress import (
@@ -350,17 +391,17 @@ def _execute(tasks: list[dict], workers, progress, mp_context=None, backend=None
             with Progress(TextColumn("[bold]simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                           TextColumn("eta"), TimeRemainingColumn()) as bar:
                 task_id = bar.add_task("cells", total=total)
-                results = be.map(_run_cell, tasks, lambda i, r: bar.advance(task_id))
+                results = be.map(_run_cells, run, lambda i, r: bar.advance(task_id, len(r)))
         else:
             done = [0]
 
             def tick(i, r):
-                done[0] += 1
+                done[0] += len(r)
                 if callable(progress):
                     progress(done[0], total)
 
-            results = be.map(_run_cell, tasks, tick)
-        return results, be.workers(total)
+            results = be.map(_run_cells, run, tick)
+        return in_task_order(results), be.workers(len(run))
     finally:
         if be is not backend:  # made here: release it (a Ray instance it started)
             be.close()

@@ -44,9 +44,16 @@ metric and class, measured once on the same seeds, e.g.
 Determinism: the sampler is ``TPESampler(seed=sampler_seed)``, trials are asked and told
 in order (``batch`` trials at a time, evaluated together), and a cell's result depends
 only on its task, so the same arguments give the same trial table on any backend and any
-number of workers. Float parameters are rounded to 4 significant digits before a trial
-runs, so the best policy spec reproduces its trial exactly. A trial whose parameters
+number of workers. Float parameters are rounded to 4 significant digits (more where a
+linear range needs them to resolve 1e-4 of its width) before a trial runs, so the best
+policy spec reproduces its trial exactly. A trial whose parameters
 repeat an earlier trial's reuses its result.
+
+Where it runs: each round's cells (``batch`` trials x seeds) are one ``map`` of the
+harness's backend, so ``--backend ray`` runs them as Ray tasks and ``--batch N`` keeps N
+trials in flight on a cluster. Ray Tune is not used: its Optuna searcher is told trials in
+completion order, which would make concurrent searches depend on timing
+(docs/architecture.md, "Parameter search").
 
 Outputs (:meth:`TuneResult.write`): ``best.txt`` (the best spec, usable as
 ``compare --policies``), ``best.json``, ``trials.csv`` / ``trials.json`` and one figure per
@@ -75,7 +82,7 @@ from .harness import METRIC_COLUMNS, _assemble, _run_cell, resolve_points, scena
 
 #: Metrics every trial records besides the objective's and constraints' (class ``all``).
 REPORT_METRICS = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99")
-#: Significant digits of a float parameter (the value the trial runs and the spec shows).
+#: Significant digits of a float parameter (the value the trial runs and the spec shows), at least.
 DIGITS = 4
 
 
@@ -105,10 +112,15 @@ class Param:
         return FloatDistribution(float(self.low), float(self.high), log=self.log)
 
     def value(self, v):
-        """What the trial runs: an int, or a float rounded to :data:`DIGITS` significant digits."""
+        """What the trial runs: an int, or a float rounded to :data:`DIGITS` significant digits,
+        more where a linear range needs them to resolve 1e-4 of its width."""
         if self.integer:
             return int(v)
-        return min(max(float(f"{float(v):.{DIGITS}g}"), float(self.low)), float(self.high))
+        v, digits = float(v), DIGITS
+        if not self.log and v != 0:
+            decimals = math.ceil(-math.log10((self.high - self.low) * 1e-4))
+            digits = max(DIGITS, math.floor(math.log10(abs(v))) + 1 + decimals)
+        return min(max(float(f"{v:.{digits}g}"), float(self.low)), float(self.high))
 
     def describe(self) -> str:
         return (f"{self.key}={_num(self.low)}..{_num(self.high)}" + (":log" if self.log else "")
@@ -841,7 +853,7 @@ def cmd_tune(args) -> int:
     cons = [parse_constraint(c) for c in args.constraint]
     backend = backend_from_args(args)
     overrides = {k: v for k, v in (("duration_s", args.duration), ("horizon_s", args.horizon)) if v}
-    console = Console(width=max(Console().width, 150))
+    console = Console(width=max(Console().width, 190))
     try:
         res = tune(args.scenario, space, obj, constraints=cons, trials=args.trials,
                    seeds=list(range(args.seed, args.seed + args.seeds)), qps=args.qps, load=args.load,
