@@ -44,6 +44,17 @@ def policy_overrides(args) -> dict:
     return out
 
 
+def add_window_args(p) -> None:
+    """``--duration`` and ``--horizon`` (a shorter run of the same scenario) on parser ``p``."""
+    p.add_argument("--duration", type=float, help="arrival window in seconds (synthetic scenarios; shortens runs)")
+    p.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
+
+
+def window_overrides(args) -> dict:
+    """``--duration`` / ``--horizon`` as scenario overrides (``duration_s``, ``horizon_s``)."""
+    return {k: v for k, v in (("duration_s", args.duration), ("horizon_s", args.horizon)) if v}
+
+
 def add_backend_args(p) -> None:
     """``--backend`` and ``--ray-address`` on argparse parser ``p`` (which has ``--workers``)."""
     p.add_argument("--backend", choices=BACKENDS, default="local",

@@ -56,5 +56,5 @@ class DynamoRouter(RoutingPolicy):
         p = np.exp(logits - logits.max())
         return int(view.rng.choice(view.num_instances, p=p / p.sum()))
 
-    def compiled_form(self):  # the softmax draw (temperature > 0) stays in Python
-        return (layout.ROUTER_DYNAMO, (self.prefill_weight,)) if self.temperature == 0 else (layout.ROUTER_PY, ())
+    def compiled_form(self):
+        return layout.ROUTER_DYNAMO, (self.prefill_weight, self.temperature)

@@ -1087,8 +1087,9 @@ def _route_cache_aware(req_i, inst_i, unit_i, ent, clu_i, clu_f, rng, c, r, kind
 
 @njit(cache=True)
 def _route_dynamo(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r):
-    """Dynamo (temperature 0): min ``w x prefill_blocks + decode_blocks``, random ties
-    (baselines/routing/dynamo.py)."""
+    """Dynamo: ``cost = w x prefill_blocks + decode_blocks``; temperature 0: the argmin,
+    random ties; temperature T > 0: drawn with probability ``softmax(-norm(cost) / T)`` as
+    ``rng.choice(n, p=p / p.sum())`` does (baselines/routing/dynamo.py)."""
     i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
     n = i1 - i0
     bs = clu_i[CI_BS, c]
@@ -1100,7 +1101,14 @@ def _route_dynamo(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r):
         prefill = (inst_i[II_QPREFILL, g] + inp - hit) / bs
         decode = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] + (_cdiv(inp, bs) - hit // bs)
         cost[i] = clu_f[CF_R0, c] * prefill + decode
-    return _argmin_random(cost, rng)
+    temperature = clu_f[CF_R1, c]
+    if temperature == 0:
+        return _argmin_random(cost, rng)
+    logits = -_range_normalize(cost, 0.0) / temperature
+    p = np.exp(logits - logits.max())
+    cdf = np.cumsum(p / pairwise_sum(p, 0, n))
+    cdf = cdf / cdf[-1]
+    return np.searchsorted(cdf, rng.random(), side="right")
 
 
 @njit(cache=True)

@@ -18,6 +18,7 @@ from ..engine.layout import (
     BQ_HEAD,
     BQ_LEN,
     CF_EXP_OUT,
+    CF_NEXT_CYCLE,
     CF_NOW,
     CF_SATURATION,
     CI_INST0,
@@ -279,3 +280,32 @@ def step(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, 
         steps[c] += 1
     track_costs(req_i, req_f, clu_i, clu_f, trk, wband, e2e, penalty, scale, done, rewards)
     return done.any()
+
+
+@njit(cache=True)
+def apply_ceilings(actions, sim_bands, n_bands, bq, clu_f, ceilings, ceil_ext):
+    """FlowControl actions: each cluster's per-band ceilings are the cumulative minimum of
+    its action (a lower band never gets more than a higher one), mapped to the simulator's
+    bands; a cluster with a queue is woken for a dispatch cycle now (Simulator.wake_dispatch)."""
+    for c in range(actions.shape[0]):
+        low = np.inf
+        for b in range(actions.shape[1]):
+            low = min(low, actions[c, b])
+            ceilings[c, b] = low
+        queued = False
+        for b in range(n_bands):
+            ceil_ext[c, b] = ceilings[c, sim_bands[c, b]]
+            queued |= bq[BQ_LEN, c, b] > 0
+        if queued:
+            clu_f[CF_NEXT_CYCLE, c] = min(clu_f[CF_NEXT_CYCLE, c], clu_f[CF_NOW, c])
+
+
+@njit(cache=True)
+def apply_rejection(actions, sheddable, sim_bands, n_bands, probs, aprob):
+    """Admission actions: the rejection probability of each sheddable scenario band,
+    mapped to the simulator's bands."""
+    for c in range(actions.shape[0]):
+        for k in range(len(sheddable)):
+            probs[c, sheddable[k]] = actions[c, k]
+        for b in range(n_bands):
+            aprob[c, b] = probs[c, sim_bands[c, b]]

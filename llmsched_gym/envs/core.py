@@ -505,11 +505,11 @@ class Driver:
         a = np.asarray(action, dtype=float) if not isinstance(action, np.ndarray) else action.astype(float, copy=False)
         if a.shape != (n,):
             raise ValueError(f"{what}: action must have shape ({n},), got {a.shape}")
-        if not np.isfinite(a).all():
-            raise ValueError(f"{what}: action has non-finite values: {a}")
-        if (a < -1e-6).any() or (a > 1 + 1e-6).any():
+        if not (a.min() >= -1e-6 and a.max() <= 1 + 1e-6):  # NaN fails both
+            if not np.isfinite(a).all():
+                raise ValueError(f"{what}: action has non-finite values: {a}")
             raise ValueError(f"{what}: action values must lie in [0, 1], got {a}")
-        return np.clip(a, 0.0, 1.0)
+        return np.minimum(np.maximum(a, 0.0), 1.0)
 
 
 class RoutingDriver(Driver):

@@ -36,7 +36,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from ..engine.layout import BQ_LEN, CF_NEXT_CYCLE, CF_NOW, CI_PTR, ST_DONE, ST_HORIZON, STATUS_NAMES
+from ..engine.layout import CF_NOW, CI_PTR, ST_DONE, ST_HORIZON, STATUS_NAMES
 from ..simulator import SimulatorBatch
 from . import batched
 from .core import (
@@ -82,6 +82,7 @@ class LLMSchedVectorEnv(VectorEnv):
         self._arrival_rate = np.zeros((n, B))  # band_arrival_rate of the last interval
         self._ceilings = np.ones((n, B))  # FlowControl: the last action (cumulative minimum)
         self._probs = np.zeros((n, B))  # Admission: rejection probability per band
+        self._sheddable = np.array(self.setup.sheddable, np.int64)
         self._trk = np.zeros((batched.N_T, n))
         self._steps = np.zeros(n, np.int64)
         self._sim_bands = np.zeros((n, 0), np.int64)  # see _band_tables
@@ -256,17 +257,11 @@ class LLMSchedVectorEnv(VectorEnv):
         """FlowControl: the ceilings (cumulative minimum); Admission: the rejection
         probabilities; either way the end of the next control interval."""
         st, s = self.batch.state, self.setup
-        B = st.num_bands
         if self.kind == "flow_control":
-            self._ceilings = np.minimum.accumulate(actions, axis=1)
-            st.ceil_ext[:, :B] = np.take_along_axis(self._ceilings, self._sim_bands[:, :B], axis=1)
-            # wake the dispatch loop of every cluster with a queue (Simulator.wake_dispatch)
-            queued = st.bq[BQ_LEN].any(axis=1)
-            st.clu_f[CF_NEXT_CYCLE] = np.where(queued, np.minimum(st.clu_f[CF_NEXT_CYCLE], st.clu_f[CF_NOW]),
-                                               st.clu_f[CF_NEXT_CYCLE])
+            batched.apply_ceilings(actions, self._sim_bands, st.num_bands, st.bq, st.clu_f, self._ceilings,
+                                   st.ceil_ext)
         else:
-            self._probs[:, list(s.sheddable)] = actions
-            st.aprob[:, :B] = np.take_along_axis(self._probs, self._sim_bands[:, :B], axis=1)
+            batched.apply_rejection(actions, self._sheddable, self._sim_bands, st.num_bands, self._probs, st.aprob)
         self._t += s.control_interval
 
     def _end_episodes(self, done: np.ndarray) -> dict:

@@ -612,7 +612,7 @@ def add_cli(subparsers) -> None:
     """Register ``llmsched-gym compare``."""
     import argparse
 
-    from ..flags import add_backend_args
+    from ..flags import add_backend_args, add_window_args
 
     p = subparsers.add_parser("compare", help="compare policy combinations over load points and seeds",
                               description=_COMPARE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -628,8 +628,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--baseline", help="label of the policy entry that changes are relative to (default: the first)")
     p.add_argument("--seeds", type=int, default=3, help="number of paired seeds (default 3)")
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--duration", type=float, help="arrival window in seconds (synthetic scenarios; shortens runs)")
-    p.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
+    add_window_args(p)
     p.add_argument("--class", dest="classes", help="comma-separated classes to show (default: critical,sheddable,all)")
     p.add_argument("--out", help="output directory (default results/compare-<timestamp>)")
     p.add_argument("--workers", type=int, help="processes (default: min(CPU count, cells)); with --backend ray, "
@@ -651,7 +650,7 @@ def _default_policies(scenario) -> str:
 def cmd_compare(args) -> int:
     from rich.console import Console
 
-    from ..flags import backend_from_args, check_flags, policy_overrides
+    from ..flags import backend_from_args, check_flags, policy_overrides, window_overrides
     from ..validation import check_name, check_output_dir
 
     check_flags(args, ["--seed", "--seeds", "--workers", "--duration", "--horizon"])
@@ -665,11 +664,7 @@ def cmd_compare(args) -> int:
     common = policy_overrides(args)
     if common:
         parse_policy({k: v for k, v in common.items()})  # validate names
-    overrides = {}
-    if args.duration:
-        overrides["duration_s"] = args.duration
-    if args.horizon:
-        overrides["horizon_s"] = args.horizon
+    overrides = window_overrides(args)
     rates = {k: _parse_rates(k, getattr(args, k)) for k in RATE_KINDS if getattr(args, k) is not None}
     if args.scenario is None and args.policies is None and not rates:
         studies = default_studies()

@@ -78,7 +78,7 @@ import numpy as np
 from ..errors import ConfigError, MissingExtraError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, list_policies, parse_policy
 from ..validation import check_call_kwargs, check_keys, check_number, signature_params, type_name
-from .harness import METRIC_COLUMNS, _assemble, _run_cell, resolve_points, scenario_classes, with_defaults
+from .harness import METRIC_COLUMNS, _assemble, _execute, resolve_points, scenario_classes, with_defaults
 
 #: Metrics every trial records besides the objective's and constraints' (class ``all``).
 REPORT_METRICS = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99")
@@ -661,7 +661,7 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
         pspecs = [with_defaults(PolicySpec(f"c{i}", parse_policy(s).roles), common) for i, s in enumerate(todo)]
         tasks = [{"scenario": pt.sc, "policy": ps.kwargs(), "seed": seed, "samples": False, "key": (0, si, seed)}
                  for si, ps in enumerate(pspecs) for seed in seed_list]
-        results = be.map(_run_cell, tasks)
+        results, _ = _execute(tasks, None, False, backend=be)  # the seeds of a spec as one batched run
         table = _assemble({"points": [pt], "specs": pspecs, "seeds": seed_list, "tasks": tasks}, results)
         for ps, s in zip(pspecs, todo):
             cache[s] = _medians(table.rows, ps.label, keys)
@@ -795,7 +795,7 @@ def add_cli(subparsers) -> None:
     """Register ``llmsched-gym tune``."""
     import argparse
 
-    from ..flags import add_backend_args
+    from ..flags import add_backend_args, add_window_args
 
     p = subparsers.add_parser("tune", help="search a policy's parameters for an objective (Optuna TPE)",
                               description=_TUNE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -820,8 +820,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--router", help="router when the space sets none")
     p.add_argument("--flow-control", help="flow control when the space sets none ('none' = no queue)")
     p.add_argument("--admission", help="admission when the space sets none")
-    p.add_argument("--duration", type=float, help="arrival window in seconds (synthetic scenarios; shortens runs)")
-    p.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
+    add_window_args(p)
     p.add_argument("--out", help="output directory (default results/tune-<timestamp>)")
     p.add_argument("--workers", type=int, help="processes (default: min(CPU count, cells of a trial)); with "
                    "--backend ray, the local Ray instance's CPUs")
@@ -834,7 +833,7 @@ def cmd_tune(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from ..flags import backend_from_args, check_flags, policy_overrides
+    from ..flags import backend_from_args, check_flags, policy_overrides, window_overrides
     from ..scenarios import make_scenario
     from ..validation import check_name, check_output_dir
 
@@ -852,7 +851,7 @@ def cmd_tune(args) -> int:
     obj = parse_objective(args.objective)
     cons = [parse_constraint(c) for c in args.constraint]
     backend = backend_from_args(args)
-    overrides = {k: v for k, v in (("duration_s", args.duration), ("horizon_s", args.horizon)) if v}
+    overrides = window_overrides(args)
     console = Console(width=max(Console().width, 190))
     try:
         res = tune(args.scenario, space, obj, constraints=cons, trials=args.trials,
