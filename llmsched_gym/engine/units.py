@@ -103,27 +103,32 @@ def router_block_keys(workload: Workload, block_tokens: int, max_blocks: int = 0
     """
     n = len(workload)
     G, bt = workload.hash_block_tokens, block_tokens
-    m = np.diff(workload.hash_offsets)
     n_full = workload.input_tokens // bt
     counts = np.minimum(n_full, max_blocks) if max_blocks else n_full
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     total = int(offsets[-1])
     if total == 0:
         return offsets, np.zeros(0, np.int64), 0, np.zeros(0, np.int64)
-    req = np.repeat(np.arange(n), counts)
-    j = np.arange(total, dtype=np.int64) - offsets[req] + 1  # block number, from 1
-    end_token = j * bt
-    hashed = (G > 0) & (m[req] > 0)
-    unit = np.minimum((end_token - 1) // max(G, 1), m[req] - 1)
-    base = workload.hash_offsets[req]
-    h = workload.hash_ids[np.where(hashed, base + np.maximum(unit, 0), 0)] if len(workload.hash_ids) else 0
-    if G >= bt:
-        chained = h * (G // bt + 1) + ((end_token - 1) % max(G, 1)) // bt
-    else:
-        chained = h
-    keys = np.where(hashed, chained, -(req * 1_000_003 + j)).astype(np.int64)
+    keys = _block_keys(workload.hash_ids.astype(np.int64), workload.hash_offsets.astype(np.int64), offsets, G, bt)
     dense, distinct = dense_ids(keys)
     return offsets, dense, distinct, keys
+
+
+@njit(cache=True)
+def _block_keys(hash_ids, hash_offsets, offsets, G, bt):
+    """The chained key of every router block (see router_block_keys), one pass."""
+    keys = np.empty(offsets[-1], np.int64)
+    for r in range(len(offsets) - 1):
+        base, m = hash_offsets[r], hash_offsets[r + 1] - hash_offsets[r]
+        for b in range(offsets[r + 1] - offsets[r]):
+            j = b + 1  # block number, from 1
+            end_token = j * bt
+            if G > 0 and m > 0:
+                h = hash_ids[base + max(min((end_token - 1) // G, m - 1), 0)]
+                keys[offsets[r] + b] = h * (G // bt + 1) + ((end_token - 1) % G) // bt if G >= bt else h
+            else:  # no prefix information: unique to the request
+                keys[offsets[r] + b] = -(r * 1_000_003 + j)
+    return keys
 
 
 def prefix_classes(workload: Workload, prefix_blocks: int, block_tokens: int) -> tuple[np.ndarray, int]:
