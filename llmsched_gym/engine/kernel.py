@@ -113,6 +113,7 @@ from .layout import (
     II_ANON_FRONT,
     II_CLUSTER,
     II_ENT0,
+    II_ENT_DIRECT,
     II_ENT_MASK,
     II_EVICTABLE,
     II_EVICTION,
@@ -327,6 +328,8 @@ def _home(key, mask):
 def _find(ent, inst_i, g, key):
     """Slot of unit ``key`` in instance ``g``'s table, -1 if it is not cached there."""
     e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
+    if inst_i[II_ENT_DIRECT, g]:
+        return e0 + key if ent[e0 + key, EN_KEY] == key + 1 else -1
     h = _home(key, mask)
     while True:
         k = ent[e0 + h, EN_KEY]
@@ -341,7 +344,7 @@ def _find(ent, inst_i, g, key):
 def _insert(ent, inst_i, g, key):
     """A fresh entry for unit ``key`` (not in the table) on instance ``g``."""
     e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
-    h = _home(key, mask)
+    h = key if inst_i[II_ENT_DIRECT, g] else _home(key, mask)
     for _ in range(mask + 1):
         e = e0 + h
         if ent[e, EN_KEY] == 0:
@@ -361,6 +364,8 @@ def _delete(ent, inst_i, g, e):
     e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
     gap = e - e0
     ent[e, EN_KEY] = 0
+    if inst_i[II_ENT_DIRECT, g]:  # every entry sits in its own slot
+        return
     j = gap
     while True:
         j = (j + 1) & mask

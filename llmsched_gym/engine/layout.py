@@ -27,12 +27,13 @@ N_U = 3
 (II_CLUSTER, II_TOTAL, II_USED, II_EVICTABLE, II_NRUN, II_WQ_HEAD, II_WQ_TAIL, II_WQ_LEN, II_PENDING,
  II_SEG_LEN, II_SEG_USED0, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_ENT0, II_INFLIGHT, II_QPREFILL,
  II_SCR_WAITING, II_SCR_RUNNING, II_IX0, II_IX_HEAD, II_IX_TAIL, II_IX_COUNT, II_ANON_FRONT, II_EVICTION,
- II_RESTART, II_ENT_MASK) = range(27)
-N_II = 27
+ II_RESTART, II_ENT_MASK, II_ENT_DIRECT) = range(28)
+N_II = 28
 # II_IX*: the llm-d router's per-instance LRU of block keys (``ix[field, e]``);
 # II_ANON_FRONT: vLLM order, anonymous free blocks ahead of the first cached unit;
 # II_EVICTION: the instance's eviction order (EVICT_*); II_RESTART: BLIS restart preemption;
-# II_ENT0 / II_ENT_MASK: the instance's prefix-cache table, slots ENT0 .. ENT0 + MASK.
+# II_ENT0 / II_ENT_MASK: the instance's prefix-cache table, slots ENT0 .. ENT0 + MASK;
+# II_ENT_DIRECT: the table has a slot per key (key k lives in slot k, no probing).
 # Instances, float64 ``inst_f[field, g]``.
 IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS = range(4)
 N_IF = 4

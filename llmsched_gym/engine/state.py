@@ -57,6 +57,7 @@ from .layout import (
     II_ANON_FRONT,
     II_CLUSTER,
     II_ENT0,
+    II_ENT_DIRECT,
     II_ENT_MASK,
     II_EVICTION,
     II_IX0,
@@ -117,11 +118,21 @@ def _pow2_at_least(n: float) -> int:
     return 1 << max(int(np.ceil(n)) - 1, 0).bit_length()
 
 
-def _table_size(x: ClusterInputs, units) -> int:
-    """Slots of an instance's prefix-cache table: a power of two at least twice the most
-    entries it can hold (every cached unit has a block of its own, and there are at most
-    as many units as distinct keys), so that linear probing stays short."""
-    return _pow2_at_least(2 * max(min(units[4], int(x.kv_blocks)), 4))
+def _table_size(x: ClusterInputs, units) -> tuple[int, bool]:
+    """(slots, direct) of an instance's prefix-cache table. Direct: one slot per distinct
+    key, indexed by the key, when that costs at most 8x a hashed table; else hashed: a
+    power of two at least twice the most entries it can hold (every cached unit has a
+    block of its own), so that memory follows the KV capacity and probing stays short."""
+    n_keys = units[4]
+    hashed = _pow2_at_least(2 * max(min(n_keys, int(x.kv_blocks)), 4))
+    return (max(n_keys, 1), True) if n_keys <= 8 * hashed else (hashed, False)
+
+
+def _table_slots(x: ClusterInputs, units, slack: float) -> int:
+    """Slots per instance to reserve: a direct table grows with the keys (room for
+    ``slack`` more), a hashed one is bounded by the KV capacity."""
+    size, direct = _table_size(x, units)
+    return int(np.ceil(size * slack)) if direct else size
 
 
 def _keys_of(x: ClusterInputs) -> tuple:
@@ -184,7 +195,7 @@ class EngineState:
         """(requests, units, entries, instances, block keys, index entries) of a slot for ``x``."""
         sl = self.slack
         return (int(np.ceil(len(x.workload) * sl)), int(np.ceil(len(units[1]) * sl)),
-                x.instances * _pow2_at_least(_table_size(x, units) * sl), x.instances,
+                x.instances * _table_slots(x, units, sl), x.instances,
                 int(np.ceil(len(units[6]) * sl)), x.instances * int(np.ceil(units[7] * sl)))
 
     def _allocate(self, caps: list[tuple[int, ...]], num_bands: int, max_seqs: int) -> None:
@@ -296,7 +307,7 @@ class EngineState:
             return "prefix units"
         if x.instances != self.inst_off[c + 1] - self.inst_off[c]:
             return "instances"
-        if _table_size(x, units) > self._slot_table(c, x.instances):
+        if _table_size(x, units)[0] > self._slot_table(c, x, units):
             return "prefix-cache tables"
         if x.num_bands > self.num_bands or x.engine.max_num_seqs > self.max_seqs:
             return "bands or max_num_seqs"
@@ -306,10 +317,13 @@ class EngineState:
             return "router index entries"
         return None
 
-    def _slot_table(self, c: int, instances: int) -> int:
-        """Slots of each instance's prefix-cache table in slot ``c`` (a power of two)."""
-        per = int(self.ent_off[c + 1] - self.ent_off[c]) // max(instances, 1)
-        return 1 << (per.bit_length() - 1) if per else 0
+    def _slot_table(self, c: int, x: ClusterInputs, units) -> int:
+        """Slots of each instance's prefix-cache table for ``x`` in slot ``c`` (all of its
+        share if direct, the largest power of two in it if hashed)."""
+        per = int(self.ent_off[c + 1] - self.ent_off[c]) // max(x.instances, 1)
+        if _table_size(x, units)[1] or not per:
+            return per
+        return 1 << (per.bit_length() - 1)
 
     def load(self, c: int, x: ClusterInputs, units=None) -> None:
         """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset."""
@@ -351,7 +365,7 @@ class EngineState:
         self.unit_i[U_END, u0:u0 + len(keys)] = ends
         e0, e1 = int(self.ent_off[c]), int(self.ent_off[c + 1])
         self.ent[e0:e1] = 0  # every table slot empty
-        table = self._slot_table(c, x.instances)
+        table, direct = self._slot_table(c, x, units), _table_size(x, units)[1]
 
         b0, x0, x1 = int(self.bk_off[c]), int(self.ix_off[c]), int(self.ix_off[c + 1])
         ri[RI_BK0, r0:r1] = bk_off[:-1] + b0
@@ -372,7 +386,8 @@ class EngineState:
         ii[II_WQ_HEAD, i0:i1] = ii[II_WQ_TAIL, i0:i1] = -1
         ii[II_LRU_HEAD, i0:i1] = ii[II_LRU_TAIL, i0:i1] = -1
         ii[II_ENT0, i0:i1] = e0 + table * np.arange(x.instances)
-        ii[II_ENT_MASK, i0:i1] = table - 1
+        ii[II_ENT_MASK, i0:i1] = table - 1  # hashed tables only
+        ii[II_ENT_DIRECT, i0:i1] = int(direct)
         self.inst_f[:, i0:i1] = 0.0
         self.inst_f[IF_NEXT_T, i0:i1] = np.inf
         self.run[i0:i1] = 0
