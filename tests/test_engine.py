@@ -177,3 +177,35 @@ def test_prefix_table_keeps_keys_and_free_queue_through_deletions():
                 assert ent[e, EN_NEXT] < 0 or ent[ent[e, EN_NEXT], EN_PREV] == e
                 e = ent[e, EN_NEXT]
             assert order == live
+
+
+@pytest.mark.parametrize("router", ["round-robin", "llm-d"])
+def test_hashed_prefix_tables_simulate_as_direct_ones(monkeypatch, router):
+    """Both prefix-cache layouts give the same run bit for bit; a small KV cache keeps
+    the hashed tables small and busy (collisions, evictions, backward shifts)."""
+    import llmsched_gym as g
+    from llmsched_gym.engine import state as ST
+
+    sc = g.make_scenario("chatbot", qps=30, duration_s=40)
+    w = sc.build_workload(0)
+    cluster = ClusterConfig(instances=2, kv_blocks=1500)
+
+    def run():
+        sim = Simulator(w, cluster, GatewayConfig(router=router), seed=0).run()
+        t = sim.table
+        return sim, (t.first_token_t, t.finish_t, t.prefix_hit, t.instance, t.outcome, t.preemptions)
+
+    direct_sim, direct = run()
+    assert ST._table_size(direct_sim.inputs, ST._keys_of(direct_sim.inputs))[1]
+
+    def hashed(x, units):
+        n = ST._pow2_at_least(2 * max(min(units[4], int(x.kv_blocks)), 4))
+        return n, False
+
+    monkeypatch.setattr(ST, "_table_size", hashed)
+    hashed_sim, got = run()
+    # fewer slots than keys: inserting new units needs the deletions of evicted ones
+    assert hashed_sim.state.ent.shape[0] < ST._keys_of(hashed_sim.inputs)[4] * cluster.instances
+    assert (direct_sim.table.prefix_hit > 0).any()
+    for a, b in zip(direct, got):
+        np.testing.assert_array_equal(a, b)
