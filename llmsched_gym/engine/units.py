@@ -101,7 +101,6 @@ def router_block_keys(workload: Workload, block_tokens: int, max_blocks: int = 0
     without prefix information), at most ``max_blocks`` of them (0: all), computed for
     the whole workload at once and mapped to dense ids.
     """
-    n = len(workload)
     G, bt = workload.hash_block_tokens, block_tokens
     n_full = workload.input_tokens // bt
     counts = np.minimum(n_full, max_blocks) if max_blocks else n_full
