@@ -20,13 +20,15 @@ autoresets). ``reset(options={"workload_seed": [n0, n1, ...]})`` (or an int ``n`
 ``n + i``) fixes the workload seeds of the first episodes.
 
 All clusters live in one batched engine state (:class:`~llmsched_gym.simulator.SimulatorBatch`);
-a cluster's next episode is loaded into its slot in place. Routing steps with a
-``ttft`` or ``e2e`` reward are fully batched: every action is validated first, then one
-compiled call answers all routing decisions, one advances every cluster to its next
-decision, and compiled passes fill the observations and the cost trackers
-(:mod:`.batched`). Other kinds, the ``slo`` reward and a :class:`~.agents.BaselineAgent`
-observer step cluster by cluster on the same shared state. Either way a cluster follows
-exactly the trajectory of a single env (see ``benchmarks/env_speed.py`` for speed).
+a cluster's next episode is loaded into its slot in place. Steps with a ``ttft`` or
+``e2e`` reward are batched: every action is validated first; when every policy of every
+cluster is compiled, one compiled call applies the actions, advances every cluster to its
+next decision and advances the cost trackers, and one fills the raw and normalized
+observations and the action masks (:func:`.batched.step`, :func:`.batched.observe`);
+with a Python policy the advance answers its pauses in between. The ``slo`` reward and a
+:class:`~.agents.BaselineAgent` observer step cluster by cluster on the same shared state.
+Either way a cluster follows exactly the trajectory of a single env (see
+``benchmarks/env_speed.py`` for speed).
 """
 
 from __future__ import annotations
