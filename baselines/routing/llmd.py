@@ -100,3 +100,6 @@ class LLMDPredictedLatencyRouter(RoutingPolicy):
 
     def route(self, request: RequestInfo, view: RouterView) -> int:
         return argmin_lowest(self.scores(request, view))
+
+    def compiled_form(self):
+        return layout.ROUTER_PREDICTED_LATENCY, ()

@@ -179,6 +179,8 @@ from .layout import (
     ROUTER_LEAST_TOKENS,
     ROUTER_LLMD,
     ROUTER_LMETRIC,
+    ROUTER_POLYSERVE,
+    ROUTER_PREDICTED_LATENCY,
     ROUTER_PY,
     ROUTER_RANDOM,
     ROUTER_ROUND_ROBIN,
@@ -982,7 +984,45 @@ def _heap_pop(heap_t, heap_r, clu_i, c):
 
 
 @njit(cache=True)
-def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, rng, c, r):
+def _prefill_time_s(kind, p, integer_us, budget, tokens, prompt_len, n_decode, context):
+    """baselines/routing/predict.prefill_time_s on one instance: ``tokens`` prefilled in
+    chunks of the token budget left by ``n_decode`` running decodes over ``context``."""
+    if tokens <= 0:
+        return 0.0
+    chunk = max(1, budget - n_decode)
+    full, rest = tokens // chunk, tokens % chunk
+    us = 0.0
+    if full:
+        a, b = prefill_terms(kind, float(chunk), float(prompt_len), max(float(prompt_len) - float(chunk), 0.0))
+        us += full * step_us(kind, p, integer_us, 1, float(chunk), a, b, n_decode, float(context))
+    if rest:
+        a, b = prefill_terms(kind, float(rest), float(prompt_len), max(float(prompt_len) - float(rest), 0.0))
+        us += step_us(kind, p, integer_us, 1, float(rest), a, b, n_decode, float(context))
+    return us / 1e6
+
+
+@njit(cache=True)
+def _predicted_latency(req_i, inst_i, inst_f, unit_i, ent, clu_i, lat_p, c, r):
+    """(TTFT, TPOT) predicted for request ``r`` on each instance with the cluster's
+    step-time model, from the router's signals (baselines/routing/predict.ttft_s, tpot_s)."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    kind, integer_us, p = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c], lat_p[c]
+    bs, budget, inp = clu_i[CI_BS, c], clu_i[CI_BUDGET, c], req_i[RI_INPUT, r]
+    ttft, tpot = np.empty(i1 - i0), np.empty(i1 - i0)
+    for i in range(i1 - i0):
+        g = i0 + i
+        kv_tokens = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] * bs  # the scraped decode context
+        uncached = max(0, inp - cached_tokens(req_i, unit_i, inst_i, ent, g, r))
+        ttft[i] = _prefill_time_s(kind, p, integer_us, budget, inst_i[II_QPREFILL, g] + uncached, inp,
+                                  inst_i[II_SCR_RUNNING, g], int(kv_tokens))
+        tpot[i] = step_us(kind, p, integer_us, 0, 0.0, 0.0, 0.0, inst_i[II_INFLIGHT, g] + 1,
+                          float(int(kv_tokens + inp))) / 1e6
+    return ttft, tpot
+
+
+@njit(cache=True)
+def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
+           r):
     """A compiled router's choice (local instance index) for request ``r``."""
     i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
     n_inst = i1 - i0
@@ -1009,6 +1049,16 @@ def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, wi
         return _route_sglang(req_i, inst_i, unit_i, ent, clu_i, clu_f, c, r)
     if kind == ROUTER_BAILIAN_SAMPLING:
         return _route_bailian_sampling(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r)
+    if kind == ROUTER_PREDICTED_LATENCY or kind == ROUTER_POLYSERVE:
+        ttft, tpot = _predicted_latency(req_i, inst_i, inst_f, unit_i, ent, clu_i, lat_p, c, r)
+        if kind == ROUTER_PREDICTED_LATENCY:  # min predicted TTFT, lowest-index ties
+            return np.argmin(ttft)
+        # PolyServe: pack onto the largest predicted TPOT among instances meeting both SLOs
+        best, pick = -np.inf, -1
+        for i in range(n_inst):
+            if ttft[i] <= clu_f[CF_R0, c] and tpot[i] <= clu_f[CF_R1, c] and tpot[i] > best:
+                best, pick = tpot[i], i
+        return pick if pick >= 0 else rng.integers(0, n_inst)
     # ROUTER_LLMD: weighted scorers (queue, KV utilization, approximate prefix), max wins
     q_min = q_max = float(inst_i[II_SCR_WAITING, i0])
     for g in range(i0 + 1, i1):
@@ -1308,13 +1358,14 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
 
 @njit(cache=True)
 def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
-              ccount, rng, c, r):
+              ccount, lat_p, rng, c, r):
     if clu_i[CI_ROUTER, c] == ROUTER_PY:  # decided outside: pause after this event
         clu_i[CI_PENDING, c] = r
         clu_i[CI_LAST_ROUTE, c] = r
         clu_i[CI_STATUS, c] = ST_ROUTE
         return
-    i = _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, rng, c, r)
+    i = _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
+               r)
     dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
 
 
@@ -1352,14 +1403,14 @@ def _admit(req_i, inst_i, inst_f, clu_i, clu_f, aprob, rng, c, r):
 
 @njit(cache=True)
 def _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, bkey, ix, win_t,
-            win_c, ccount, rng, c, r, t):
+            win_c, ccount, lat_p, rng, c, r, t):
     if not _admit(req_i, inst_i, inst_f, clu_i, clu_f, aprob, rng, c, r):
         _final(req_i, req_f, r, t, REJECTED)
         return
     clu_i[CI_ACTIVE, c] += 1
     if clu_i[CI_FLOW, c] == FLOW_NONE:
         _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
-                  ccount, rng, c, r)
+                  ccount, lat_p, rng, c, r)
         return
     b = req_i[RI_BAND, r]
     if bq[BQ_LEN, c, b] >= clu_i[CI_BAND_CAP, c]:
@@ -1422,7 +1473,7 @@ def _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now):
 
 @njit(cache=True)
 def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t, heap_r,
-                    bkey, ix, win_t, win_c, ccount, rng, c, t):
+                    bkey, ix, win_t, win_c, ccount, lat_p, rng, c, t):
     """One dispatch cycle: expire, then dispatch at most one request, highest band first,
     stopping at the first band whose ceiling is <= the saturation."""
     expire(req_i, req_f, clu_i, clu_f, bq, c, t)
@@ -1443,7 +1494,7 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
         if bq[BQ_LEN, c, b]:
             r = _band_pop(req_i, bq, c, b)
             _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
-                  ccount, rng, c, r)
+                  ccount, lat_p, rng, c, r)
             break
     queued = False
     oldest = np.inf
@@ -1534,7 +1585,7 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
                 clu_i[CI_STATUS, c] = ST_ADMIT
                 return
             _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, heap_t, heap_r, bkey, ix,
-                    win_t, win_c, ccount, rng, c, r0 + ptr, t)
+                    win_t, win_c, ccount, lat_p, rng, c, r0 + ptr, t)
             clu_i[CI_PTR, c] = ptr + 1
         else:
             if clu_i[CI_FLOW, c] == FLOW_PY and not clu_i[CI_HAS_DECISION, c]:
@@ -1542,7 +1593,7 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
                 clu_i[CI_STATUS, c] = ST_CEILINGS
                 return
             _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t,
-                            heap_r, bkey, ix, win_t, win_c, ccount, rng, c, t)
+                            heap_r, bkey, ix, win_t, win_c, ccount, lat_p, rng, c, t)
         if clu_i[CI_STATUS, c] == ST_ROUTE:
             return
         if is_done(clu_i, c):
