@@ -306,3 +306,36 @@ def test_polyserve_packs_under_slo():
     assert router("polyserve:tpot_slo_s=0.005", 3).route(make_request(), view) == 1
     picks = {router("polyserve:ttft_slo_s=0.000001", 3).route(make_request(), view) for _ in range(50)}
     assert picks == {0, 1, 2}
+
+
+@pytest.mark.parametrize("spec", ["preble:tpot_window=3", "preble:exploit_threshold=0.2,rebalance_ratio=2",
+                                  "polyserve:ttft_slo_s=0.2,tpot_slo_s=0.03", "llm-d-predicted-latency",
+                                  "dynamo:temperature=0.3"])
+def test_compiled_router_decides_as_its_python_form(spec):
+    """The kernel's form of a router and the router asked in Python (a subclass, which
+    does not inherit ``compiled_form``) give the same run, bit for bit."""
+    import llmsched_gym as g
+    from llmsched_gym.gateway.policy import make_policy
+
+    sc = g.make_scenario("chatbot", load=0.6, duration_s=20)
+    w = sc.build_workload(1)
+
+    def run(router):
+        sim = sc.simulator(1, router=router, workload=w).run()
+        return sim, (sim.table.instance, sim.table.first_token_t, sim.table.finish_t)
+
+    compiled_sim, compiled = run(make_policy(spec))
+    policy = make_policy(spec)
+    policy.__class__ = type("PythonForm", (type(policy),), {})
+    python_sim, python = run(policy)
+    assert not compiled_sim._python_router and python_sim._python_router
+    for a, b in zip(compiled, python):
+        np.testing.assert_array_equal(a, b)
+    if spec.startswith("preble"):  # the kernel's ring holds the Python deque's TPOT predictions
+        from llmsched_gym.engine.layout import CI_WIN_LEN
+
+        st, c = compiled_sim.state, compiled_sim.c
+        held = min(int(st.clu_i[CI_WIN_LEN, c]), policy.tpot_window)
+        r0 = int(st.req_off[c])
+        assert held == len(policy._tpots) > 0
+        np.testing.assert_array_equal(np.sort(st.win_t[r0:r0 + held]), np.sort(np.array(policy._tpots)))

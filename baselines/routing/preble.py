@@ -6,6 +6,7 @@ from collections import deque
 
 import numpy as np
 
+from llmsched_gym.engine import layout
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
@@ -77,3 +78,7 @@ class PrebleRouter(RoutingPolicy):
         context = kv_tokens(view)[choice] + request.input_tokens
         self._tpots.append(decode_step_s(view, view.in_flight[choice] + 1, context))
         return choice
+
+    def compiled_form(self):
+        return layout.ROUTER_PREBLE, (self.exploit_threshold, self.initial_tpot_s, self.tpot_window,
+                                      self.rebalance_ratio)

@@ -180,6 +180,7 @@ from .layout import (
     ROUTER_LLMD,
     ROUTER_LMETRIC,
     ROUTER_POLYSERVE,
+    ROUTER_PREBLE,
     ROUTER_PREDICTED_LATENCY,
     ROUTER_PY,
     ROUTER_RANDOM,
@@ -1021,6 +1022,46 @@ def _predicted_latency(req_i, inst_i, inst_f, unit_i, ent, clu_i, lat_p, c, r):
 
 
 @njit(cache=True)
+def _route_preble(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, lat_p, win_t, c, r):
+    """Preble's E2 (baselines/routing/preble.py): rebalance to the least loaded, exploit
+    the longest cached prefix above the hit threshold, else explore the lowest predicted
+    prefill + decode-load cost. Its recent TPOT predictions (for the median estimate) are
+    a ring in ``win_t`` over the cluster's request slots (one per routed request at most)."""
+    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n = i1 - i0
+    kind, integer_us, p = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c], lat_p[c]
+    bs, budget, inp = clu_i[CI_BS, c], clu_i[CI_BUDGET, c], req_i[RI_INPUT, r]
+    base, window = clu_i[CI_REQ0, c], int(clu_f[CF_R2, c])
+    load = inst_i[II_INFLIGHT, i0:i1]
+    if load.max() >= clu_f[CF_R3, c] * max(load.min(), 1):
+        choice = np.argmin(load)
+    else:
+        stored = min(clu_i[CI_WIN_LEN, c], window)
+        tpot = np.median(win_t[base:base + stored]) if stored else clu_f[CF_R1, c]
+        hits = np.empty(n, np.int64)
+        for i in range(n):
+            hits[i] = cached_tokens(req_i, unit_i, inst_i, ent, i0 + i, r)
+        best = hits.max()
+        exploit = (best / inp if inp > 0 else 0.0) > clu_f[CF_R0, c]
+        cost = np.empty(n)
+        for i in range(n):
+            g = i0 + i
+            kv_tokens = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] * bs
+            decode = inst_i[II_INFLIGHT, g] * clu_f[CF_EXP_OUT, c] * tpot
+            cost[i] = _prefill_time_s(kind, p, integer_us, budget, max(0, inp - hits[i]), inp,
+                                      inst_i[II_SCR_RUNNING, g], int(kv_tokens)) + decode
+            if exploit and hits[i] != best:
+                cost[i] = np.inf
+        choice = np.argmin(cost)
+    g = i0 + choice
+    context = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] * bs + inp
+    win_t[base + clu_i[CI_WIN_LEN, c] % window] = step_us(kind, p, integer_us, 0, 0.0, 0.0, 0.0,
+                                                          inst_i[II_INFLIGHT, g] + 1, float(int(context))) / 1e6
+    clu_i[CI_WIN_LEN, c] += 1
+    return choice
+
+
+@njit(cache=True)
 def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
            r):
     """A compiled router's choice (local instance index) for request ``r``."""
@@ -1049,6 +1090,8 @@ def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, wi
         return _route_sglang(req_i, inst_i, unit_i, ent, clu_i, clu_f, c, r)
     if kind == ROUTER_BAILIAN_SAMPLING:
         return _route_bailian_sampling(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r)
+    if kind == ROUTER_PREBLE:
+        return _route_preble(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, lat_p, win_t, c, r)
     if kind == ROUTER_PREDICTED_LATENCY or kind == ROUTER_POLYSERVE:
         ttft, tpot = _predicted_latency(req_i, inst_i, inst_f, unit_i, ent, clu_i, lat_p, c, r)
         if kind == ROUTER_PREDICTED_LATENCY:  # min predicted TTFT, lowest-index ties
