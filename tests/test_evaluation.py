@@ -67,7 +67,8 @@ def test_paired_seeds_run_as_one_batch_bit_for_bit():
     assert harness._batches(tasks, 1) == [[0, 1, 2], [3, 4, 5]]  # the seeds of a policy together
     assert len(harness._batches(tasks, 4)) == 4  # split while there are idle workers
     for part in (tasks[:3], tasks[3:]):
-        batched, alone = harness._run_cells(part), [harness._run_cell(t) for t in part]
+        batched = harness._run_cells(part)
+        alone = [harness._cell_result(t, t["scenario"].simulator(t["seed"], **t["policy"]).run()) for t in part]
         for b, a in zip(batched, alone):
             b["cell"].pop("wall_seconds"), a["cell"].pop("wall_seconds")
             assert json.dumps(b, sort_keys=True) == json.dumps(a, sort_keys=True)

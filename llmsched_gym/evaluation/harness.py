@@ -150,16 +150,10 @@ def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides:
 
 
 # ====================================================================== one cell
-def _run_cell(task: dict) -> dict:
-    """Run one cell (top-level, so it pickles for spawned workers)."""
-    sim = task["scenario"].simulator(task["seed"], **task["policy"])
-    sim.run()
-    return _cell_result(task, sim)
-
-
 def _run_cells(tasks: list[dict]) -> list[dict]:
     """Run cells as one batched simulation (cluster c of a batch gives what it gives
-    alone, bit for bit); their results in order."""
+    alone, bit for bit); their results in order (top-level, so it pickles for spawned
+    workers)."""
     from ..simulator import SimulatorBatch
 
     sims = [t["scenario"].simulator(t["seed"], **t["policy"], batch=False) for t in tasks]
