@@ -80,50 +80,66 @@ def round_half_up(x: float) -> int:
 
 @register_policy("soft-reflective-ceiling")
 class SoftReflectiveCeiling(UsageLimitPolicy):
-    """llm-d soft-reflective ceiling (no parameters).
+    """llm-d soft-reflective ceiling.
 
-    ``ceiling[0] = 1``; band ``i >= 1`` reflects ``r_i = 1 - i s/(N-1)``: open (1.0) if
-    ``s < r_i``, closed (0.0) if ``s >= 1``, otherwise open only on every ``period``-th
-    tick with ``period = max(1, round_half_up(s / (1 - s)))``. One tick counter is shared
-    by all bands and advanced once per :meth:`ceilings` call (one dispatch cycle) while
-    ``0.5 <= s < 1``; it is advanced *before* being tested, so ticks are numbered 1, 2, ...
-    and the period-th cycle in the gated regime is the first open one. Over any
-    ``period`` consecutive cycles exactly one is open, which gives the published
-    blocking of the sheddable band with two bands: 0, 0, 50, 67, 89, 100 % at
-    s = 0.3, 0.5, 0.6, 0.75, 0.9, 1.0 (at s = 0.5 the period is 1: always open).
-    Gated bands share the tick, so the ceilings never increase towards lower bands.
+    ``ceiling[0] = 1``; band ``i >= 1`` reflects ``r_i = 1 - ramp * i s/(N-1)``: open (1.0)
+    if ``s < r_i``, closed (0.0) if ``s >= 1``, otherwise open only on every ``period``-th
+    tick with ``period = max(1, round_half_up(period_scale * s / (1 - s)))``. One tick
+    counter is shared by all bands and advanced once per :meth:`ceilings` call (one
+    dispatch cycle) while ``1/(1 + ramp) <= s < 1`` (from 0.5, where the last band starts
+    to be gated, at ramp 1); it is advanced *before* being tested, so ticks are numbered
+    1, 2, ... and the period-th cycle in the gated regime is the first open one. Over any
+    ``period`` consecutive cycles exactly one is open, which gives the published blocking
+    of the sheddable band with two bands: 0, 0, 50, 67, 89, 100 % at s = 0.3, 0.5, 0.6,
+    0.75, 0.9, 1.0 (at s = 0.5 the period is 1: always open). Gated bands share the tick,
+    so the ceilings never increase towards lower bands.
+
+    Args:
+        ramp: slope of the reflection (default 1, the published policy): larger gates the
+            lower bands from lower saturation (band i from ``s = (N-1)/(N-1 + ramp i)``),
+            0 never gates.
+        period_scale: multiplies the duty-cycle period (default 1): 2 opens a gated band
+            half as often. FlowControl-v0's ``action="soft-reflective"`` sets both each
+            control interval.
     """
 
     name = "soft-reflective-ceiling"
     description = "llm-d soft-reflective ceiling: sheddable bands open 1 of every s/(1-s) cycles."
 
-    def __init__(self):
+    def __init__(self, ramp: float = 1.0, period_scale: float = 1.0):
+        for k, v in (("ramp", ramp), ("period_scale", period_scale)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"soft-reflective-ceiling: {k}={v!r} is invalid; it must be a finite number >= 0")
+        self.ramp, self.period_scale = float(ramp), float(period_scale)
         self._tick = 0
 
     def reset(self, num_instances: int, rng: np.random.Generator) -> None:
         self._tick = 0
 
-    @staticmethod
-    def period(saturation: float) -> int:
-        """Cycles per open cycle of a gated band at ``0.5 <= saturation < 1``."""
-        return max(1, round_half_up(saturation / (1.0 - saturation)))
+    def period(self, saturation: float) -> int:
+        """Cycles per open cycle of a gated band in the gated regime."""
+        return max(1, round_half_up(self.period_scale * saturation / (1.0 - saturation)))
+
+    def gated_from(self) -> float:
+        """Saturation from which the lowest band is gated (and the tick advances)."""
+        return 1.0 / (1.0 + self.ramp)
 
     def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
         s = float(saturation)
         out = np.ones(num_bands)
         open_now = True
-        if 0.5 <= s < 1.0:
+        if self.gated_from() <= s < 1.0:
             self._tick += 1
             open_now = self._tick % self.period(s) == 0
         if num_bands > 1:
             i = np.arange(1, num_bands)
-            gated = s >= 1.0 - i * s / (num_bands - 1)  # below 0.5 no band is gated
+            gated = s >= 1.0 - self.ramp * i * s / (num_bands - 1)
             out[1:][gated] = 0.0 if s >= 1.0 else float(open_now)
         return out
 
     def stationary(self, saturation: float) -> bool:
         s = float(saturation)
-        return s < 0.5 or s >= 1.0 or self.period(s) == 1
+        return s < self.gated_from() or s >= 1.0 or self.period(s) == 1
 
     def compiled_form(self):
-        return layout.FLOW_SOFT_REFLECTIVE, ()
+        return layout.FLOW_SOFT_REFLECTIVE, (self.ramp, self.period_scale)

@@ -10,7 +10,8 @@ reasoning 0.2 under, 0.7 above). Default: the highest published point.
 
 LMetric-style routing families on 16 x H20, Qwen3-30B-A3B, roofline (``*-qwen2-7b``
 variants on Qwen2-7B): ``chatbot``, ``agent``, ``coder``, ``toolagent`` at ``load=0.5``
-of measured capacity by default, and ``kv-hotspot``.
+of measured capacity by default, and ``kv-hotspot`` (``kv-hotspot-thinking``: its burst
+made of thinking requests, the LMetric paper's hotspot shape).
 
 Trace replays: ``mooncake-conversation``, ``azure-code``, ``azure-conv`` at the trace's
 own rate by default (``qps``/``load`` rescale time).
@@ -110,23 +111,37 @@ def _family(name: str, model: str, suffix: str) -> Scenario:
                     default_rate={"load": 0.5})
 
 
-def kv_hotspot(model: str = "qwen3-30b-a3b", suffix: str = "") -> Scenario:
+#: Output lengths of a thinking (reasoning) workload: the ``reasoning`` seed's (~6.2k tokens).
+_THINKING_OUTPUT = _lognormal(6200, 2500, 100, 16000)
+
+
+def kv_hotspot(model: str = "qwen3-30b-a3b", suffix: str = "", output: LengthSpec | None = None,
+               name: str = "kv-hotspot", what: str = "requests") -> Scenario:
     """Chatbot background plus a 60 s burst (t = 30-90 s) of requests that are almost
     entirely one shared 6k-token prefix (a few dozen new tokens each), a third of all
     traffic while it lasts: LMetric's failure case, where the prefix-caching instance
-    looks ~250x cheaper than any other."""
+    looks ~250x cheaper than any other. ``output``: the hot requests' output lengths
+    (default ~300 tokens; ``kv-hotspot-thinking`` gives them a thinking workload's)."""
     background = _family("chatbot", model, suffix).workload
     background.name = "background"
     burst = [[0, 1], [30, 1], [30, 50], [90, 50], [90, 1]]
     hot = WorkloadSpec(
         arrival=ArrivalSpec("poisson", 0.2, rate_curve=burst), input=_lognormal(24, 8, 4, 64),
-        output=_lognormal(300, 150, 16, 1500), classes=[ClassSpec("critical", 0, 1.0, 2.0, 0.15)],
+        output=output or _lognormal(300, 150, 16, 1500), classes=[ClassSpec("critical", 0, 1.0, 2.0, 0.15)],
         prefix=PrefixSpec(block_tokens=64, system_prompt_groups=1, system_prompt_tokens=6000),
         duration_s=120.0, name="hot")
-    return Scenario(name="kv-hotspot" + suffix,
-                    description=f"KV-cache hotspot: a burst of requests sharing one 6k-token prefix over a chatbot background; 16 x H20 {model}",
+    return Scenario(name=name + suffix,
+                    description=f"KV-cache hotspot: a burst of {what} sharing one 6k-token prefix over a chatbot background; 16 x H20 {model}",
                     cluster=_lmetric_cluster(model), workload=[background, hot],
                     gateway=GatewayConfig(router="llm-d"), default_rate={"load": 0.5})
+
+
+def kv_hotspot_thinking() -> Scenario:
+    """``kv-hotspot`` with the LMetric paper's hotspot shape: the burst's requests are
+    *thinking* requests (a reasoning model's ~6.2k output tokens, the ``reasoning``
+    seed's lengths) behind the shared 6k-token prefix, so each one holds a growing KV
+    footprint for minutes on the instance it lands on."""
+    return kv_hotspot(output=_THINKING_OUTPUT, name="kv-hotspot-thinking", what="thinking requests (~6.2k output tokens)")
 
 
 def _trace(name: str, description: str, path: str, fmt: str, instances: int) -> Scenario:
@@ -145,6 +160,7 @@ for _name in _FAMILIES:
     register_scenario(f"{_name}-qwen2-7b", lambda n=_name: _family(n, "qwen2-7b", "-qwen2-7b"))
 register_scenario("kv-hotspot", kv_hotspot)
 register_scenario("kv-hotspot-qwen2-7b", lambda: kv_hotspot("qwen2-7b", "-qwen2-7b"))
+register_scenario("kv-hotspot-thinking", kv_hotspot_thinking)
 register_scenario("mooncake-conversation", lambda: _trace(
     "mooncake-conversation", "Mooncake (Kimi) conversation trace, 12k requests with prefix hashes; 4 x H100 Qwen3-14B",
     "mooncake/conversation_trace.jsonl", "mooncake", 4))

@@ -1,7 +1,8 @@
-"""A cluster's capacity for a workload: the highest rate it sustains in steady state.
+"""A cluster's capacity for a workload: the highest rate it sustains without a lasting queue.
 
 ``load = 0.5`` means half of this rate, so it must mean the same on every cluster and
-for any request mix (docs/scenarios.md, "Rates and capacity"). The definition:
+for any request mix (docs/scenarios.md, "Rates and capacity", has the reasoning). The
+definition:
 
 * **Window.** At a rate ``q``, the workload's arrivals over ``W = max(capacity_horizon_s,
   SERVICE_TIMES x S99, 2 x MIN_ARRIVALS / q)`` seconds, where ``S99`` is the 99th
@@ -26,12 +27,19 @@ for any request mix (docs/scenarios.md, "Rates and capacity"). The definition:
   A rate ``TOLERANCE`` above capacity grows both by about that much; a stable rate's
   growth is noise around zero. If instead the second half is still *draining* a backlog
   the first half built (delivered above ``1 + TOLERANCE`` of offered: a cold prefix
-  cache, a burst), the run had not
-  reached steady state by ``W/2``; the check is repeated with the window doubled, at most
-  ``MAX_EXTENSIONS`` times.
-* **Search.** Doubling from the workload's base rate to the first unstable rate, then a
-  geometric bisection to ``rel_tol`` (2%); the capacity is the highest stable rate found.
-  Everything is seeded (seed 0), so the result is deterministic.
+  cache, a burst), the run had not reached steady state by ``W/2``; the check is repeated
+  with the window doubled, at most ``MAX_EXTENSIONS`` times. **Still draining after
+  that** (or in a trace too short to extend): the first half's backlog lasted through
+  the whole second half, a lasting queue: not sustained.
+* **Bursts.** Each interval where the workload's arrival rate is above ``1 + TOLERANCE``
+  times its mean over the window (declared by a synthetic workload's rate curves; for a
+  trace, its arrivals averaged over ``SERVICE_TIMES x S99``) must not grow the waiting
+  queue by more than ``TOLERANCE x`` its arrivals ``+ instances`` either.
+* **Search.** A rate is sustained if it is on each of ``SEEDS`` seeds. Doubling from the
+  workload's base rate to the first unstable rate, then a geometric bisection to
+  ``rel_tol`` (2%); then the envelope: every rate ``ENVELOPE_STEP^k`` below the result,
+  down to half of it, must be sustained too, else it becomes the upper bound and the
+  bisection resumes below it. Everything is seeded, so the result is deterministic.
 
 Results are cached per scenario fingerprint (cluster, workload shape, router, this
 method), first in memory, then in the table shipped with the package
@@ -46,7 +54,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,9 +70,13 @@ MIN_ARRIVALS = 2000
 TOLERANCE = 0.03
 #: A check whose second half is still draining is repeated with the window doubled, at most this often.
 MAX_EXTENSIONS = 3
+#: A rate is sustained only if it is sustained on this many seeds (seed, seed + 1, ...).
+SEEDS = 3
+#: The envelope check steps down from the capacity by this factor, to half of it.
+ENVELOPE_STEP = 0.9
 #: Identifies the definition; part of every fingerprint, so a change re-measures.
-METHOD = (f"steady-state/v2/service_times={SERVICE_TIMES}/min_arrivals={MIN_ARRIVALS}/tolerance={TOLERANCE}"
-          f"/extensions={MAX_EXTENSIONS}")
+METHOD = (f"steady-state/v3/service_times={SERVICE_TIMES}/min_arrivals={MIN_ARRIVALS}/tolerance={TOLERANCE}"
+          f"/extensions={MAX_EXTENSIONS}/bursts/lasting-drain/seeds={SEEDS}/envelope={ENVELOPE_STEP}")
 #: Requests priced for the service-time percentile (evenly spaced over the workload).
 SERVICE_SAMPLE = 2000
 _GRID = 64
@@ -143,8 +155,10 @@ class SteadyState:
     waiting_growth: float    # least-squares growth of the waiting-for-first-token count
     waiting_limit: float     # TOLERANCE x offered + instances
     waiting_end: int         # requests waiting for a first token when the window ends
-    ttft_mean_s: float       # over the window's arrivals; still waiting: censored at the end
+    ttft_mean_s: float       # over the judged spans' arrivals; still waiting: censored at the end
     extensions: int = 0      # times the window was doubled because its second half was draining
+    bursts: list = field(default_factory=list)  # each declared burst's figures (see _burst_spans)
+    still_draining: bool = False  # the second half drained after the last possible extension
 
     @property
     def draining(self) -> bool:
@@ -163,16 +177,95 @@ def _lsq_growth(t: np.ndarray, y: np.ndarray) -> float:
 
 def steady_state(scenario, qps: float, seed: int = 0, window_s: float | None = None) -> SteadyState:
     """Run ``scenario`` at ``qps`` over the capacity window and apply the criterion,
-    doubling the window while its second half is still draining (module docstring)."""
+    doubling the window while its second half is still draining (module docstring).
+    A second half that still drains after the last possible doubling (or in a trace too
+    short to extend) carries a backlog that lasted the whole first half: not sustained."""
     window = capacity_window(scenario, qps, seed) if window_s is None else float(window_s)
     for k in range(MAX_EXTENSIONS + 1):
         check, span = _check(scenario, qps, seed, window)
         # a trace shorter than the window cannot be extended
         if not check.draining or k == MAX_EXTENSIONS or span < 0.9 * window:
             check.extensions = k
+            if check.draining:
+                check.still_draining, check.stable = True, False
             return check
         window *= 2
     raise AssertionError("unreachable")
+
+
+def _above_mean(t: np.ndarray, edges: np.ndarray, rate: np.ndarray) -> list[tuple[float, float]]:
+    """Maximal intervals of the grid ``t`` (cells ``edges``) where ``rate`` is above
+    ``1 + TOLERANCE`` times its mean."""
+    mean = float(np.average(rate, weights=np.diff(edges)))
+    above = rate > (1.0 + TOLERANCE) * mean
+    spans, k = [], 0
+    while k < len(t):
+        if above[k]:
+            j = k
+            while j + 1 < len(t) and above[j + 1]:
+                j += 1
+            spans.append((float(edges[k]), float(edges[j + 1])))
+            k = j + 1
+        else:
+            k += 1
+    return spans
+
+
+def _burst_spans(sc, window: float, arrivals: np.ndarray | None = None,
+                 smooth_s: float | None = None) -> list[tuple[float, float]]:
+    """The workload's bursts within its window: the maximal intervals where its arrival
+    rate is above ``1 + TOLERANCE`` times its mean over the window.
+
+    A synthetic workload declares its rate (every spec's ``rate x rate_curve``; a constant
+    rate has no burst; random fluctuations of the arrival process are not bursts). A trace
+    declares nothing but its arrivals: their rate, averaged over ``smooth_s`` (the
+    caller passes :data:`SERVICE_TIMES` x the p99 isolated service time, the shortest span
+    over which the method calls a rate sustained), from ``arrivals[0]`` to
+    ``arrivals[-1]``."""
+    if sc.trace is not None:
+        if arrivals is None or len(arrivals) < 2 or not smooth_s:
+            return []
+        t0, t1 = float(arrivals[0]), float(arrivals[-1])
+        t = np.linspace(t0, t1, 8193)
+        edges = np.concatenate([[t0], (t[1:] + t[:-1]) / 2, [t1]])
+        half = smooth_s / 2
+        lo = np.searchsorted(arrivals, np.maximum(t - half, t0), side="left")
+        hi = np.searchsorted(arrivals, np.minimum(t + half, t1), side="right")
+        rate = (hi - lo) / (np.minimum(t + half, t1) - np.maximum(t - half, t0))
+        return _above_mean(t, edges, rate)
+    curves = [s.arrival.curve() for s in sc.specs if s.arrival.rate_curve is not None]
+    if not curves:
+        return []
+    t = np.linspace(0.0, window, 8193)
+    edges = np.concatenate([[0.0], (t[1:] + t[:-1]) / 2, [window]])
+    rate = sum(float(s.arrival.rate) for s in sc.specs if s.arrival.rate_curve is None) * np.ones(len(t))
+    for c in curves:  # the mean rate over each grid cell, from the curve's exact integral
+        rate = rate + np.diff(c.integral(edges)) / np.diff(edges)
+    return _above_mean(t, edges, rate)
+
+
+def _span_figures(tab, a: float, b: float, instances: int) -> dict:
+    """The criterion's figures over ``(a, b]``: arrivals, delivered ratio, waiting growth
+    and its limit, waiting at ``b``."""
+    grid = np.linspace(a, b, _GRID)
+    arr = np.sort(tab.arrival)
+
+    def count(times: np.ndarray) -> np.ndarray:  # events at or before each grid instant
+        x = np.sort(times[np.isfinite(times)])
+        return np.searchsorted(x, grid, side="right")
+
+    dropped_t = np.where(tab.outcome == 4, tab.end_t, np.nan)
+    n_arr = np.searchsorted(arr, grid, side="right")
+    in_system = n_arr - count(tab.finish_t) - count(dropped_t)
+    waiting = n_arr - count(tab.first_token_t) - count(np.where(np.isnan(tab.first_token_t), dropped_t, np.nan))
+    offered = int(((tab.arrival > a) & (tab.arrival <= b)).sum())
+    finished = int(((tab.finish_t > a) & (tab.finish_t <= b)).sum())
+    delivered = (offered - _lsq_growth(grid, in_system)) / offered if offered else 1.0
+    growth = _lsq_growth(grid, waiting)
+    limit = TOLERANCE * offered + instances
+    return {"start_s": a, "end_s": b, "arrivals": offered, "finished": finished, "delivered_ratio": float(delivered),
+            "waiting_growth": float(growth), "waiting_limit": float(limit), "waiting_end": int(waiting[-1]),
+            "stable": bool(delivered >= 1.0 - TOLERANCE and growth <= limit)}
 
 
 def _check(scenario, qps: float, seed: int, window: float) -> tuple[SteadyState, float]:
@@ -191,60 +284,79 @@ def _check(scenario, qps: float, seed: int, window: float) -> tuple[SteadyState,
     sim.run()
     tab = sim.table
     half = t0 + (t1 - t0) / 2
-    grid = np.linspace(half, t1, _GRID)
-    arr = np.sort(tab.arrival)
-
-    def count(times: np.ndarray) -> np.ndarray:  # events at or before each grid instant
-        x = np.sort(times[np.isfinite(times)])
-        return np.searchsorted(x, grid, side="right")
-
-    dropped_t = np.where(tab.outcome == 4, tab.end_t, np.nan)
-    n_arr = np.searchsorted(arr, grid, side="right")
-    in_system = n_arr - count(tab.finish_t) - count(dropped_t)
-    waiting = n_arr - count(tab.first_token_t) - count(np.where(np.isnan(tab.first_token_t), dropped_t, np.nan))
-    offered = int(((tab.arrival > half) & (tab.arrival <= t1)).sum())
-    finished = int(((tab.finish_t > half) & (tab.finish_t <= t1)).sum())
-    delivered = (offered - _lsq_growth(grid, in_system)) / offered if offered else 1.0
-    growth = _lsq_growth(grid, waiting)
-    limit = TOLERANCE * offered + sc.cluster.instances
-    stable = bool(delivered >= 1.0 - TOLERANCE and growth <= limit)
+    inst = sc.cluster.instances
+    main = _span_figures(tab, half, t1, inst)
+    bursts = []
+    smooth = SERVICE_TIMES * service_stats(scenario, seed)["p99_s"] if sc.trace is not None else None
+    for a, b in _burst_spans(sc, window, np.sort(w.arrival_s), smooth):
+        a, b = max(a, t0), min(b, t1)
+        if b > a and ((tab.arrival > a) & (tab.arrival <= b)).sum() >= _GRID:
+            bursts.append(_span_figures(tab, a, b, inst))
+    for x in bursts:  # a burst raises the number in service by Little's law; its queue is what waits
+        x["stable"] = bool(x["waiting_growth"] <= x["waiting_limit"])
+    stable = main["stable"] and all(x["stable"] for x in bursts)
     from .evaluation.metrics import request_records
 
-    ttft = request_records(tab, t1)["ttft_or_wait"]
-    return SteadyState(float(qps), window, stable, offered, finished, float(delivered), growth, float(limit),
-                       int(waiting[-1]), float(np.nanmean(ttft)) if np.isfinite(ttft).any() else float("nan")), t1 - t0
+    judged = tab.arrival > half
+    for x in bursts:
+        judged |= (tab.arrival > x["start_s"]) & (tab.arrival <= x["end_s"])
+    ttft = request_records(tab, t1)["ttft_or_wait"][judged]
+    return SteadyState(float(qps), window, stable, main["arrivals"], main["finished"], main["delivered_ratio"],
+                       main["waiting_growth"], main["waiting_limit"], main["waiting_end"],
+                       float(np.nanmean(ttft)) if np.isfinite(ttft).any() else float("nan"), bursts=bursts), t1 - t0
 
 
 # ====================================================================== search
 def search_capacity(scenario, *, rel_tol: float = 0.02, seed: int = 0) -> dict:
-    """Deterministic doubling + geometric bisection (module docstring); the record of it."""
-    steps: list[SteadyState] = []
+    """Deterministic doubling + geometric bisection on the all-seeds verdict, then the
+    envelope check below the result (module docstring); the record of it."""
+    steps: list[list] = []
+    at_rate: dict[float, SteadyState] = {}
 
     def check(q: float) -> bool:
-        steps.append(steady_state(scenario, q, seed))
-        return steps[-1].stable
+        for s in range(seed, seed + SEEDS):  # sustained only if sustained on every seed
+            r = steady_state(scenario, q, s)
+            if s == seed:
+                at_rate[q] = r
+            if not r.stable:
+                break
+        steps.append([q, r.stable, round(r.delivered_ratio, 4), round(r.waiting_growth, 1), round(r.window_s, 1), s])
+        return r.stable
 
     lo, hi = 0.0, max(scenario.base_rate(), 1e-3)
     while check(hi):
         lo, hi = hi, hi * 2
         if hi > 1e6:
             raise ConfigError(f"scenario {scenario.name!r}: capacity above 1e6 req/s; is the cluster unbounded?")
-    while lo == 0.0:
-        if check(hi / 2):
-            lo = hi / 2
-        else:
-            hi /= 2
-            if hi < 1e-4:
-                raise ConfigError(f"scenario {scenario.name!r}: no stable rate above 1e-4 req/s")
-    while hi / lo - 1 > rel_tol:
-        mid = float(np.sqrt(lo * hi))
-        lo, hi = (mid, hi) if check(mid) else (lo, mid)
-    at = next(s for s in steps if s.qps == lo)
-    return {"qps": float(lo), "method": METHOD, "rel_tol": rel_tol, "seed": seed, "window_s": at.window_s,
-            "service": service_stats(scenario, seed), "at_capacity": at.as_dict(),
-            "first_unstable_qps": float(hi),
-            "steps": [[s.qps, s.stable, round(s.delivered_ratio, 4), round(s.waiting_growth, 1), round(s.window_s, 1)]
-                      for s in steps]}
+    while True:
+        while lo == 0.0:
+            if check(hi / 2):
+                lo = hi / 2
+            else:
+                hi /= 2
+                if hi < 1e-4:
+                    raise ConfigError(f"scenario {scenario.name!r}: no stable rate above 1e-4 req/s")
+        while hi / lo - 1 > rel_tol:
+            mid = float(np.sqrt(lo * hi))
+            lo, hi = (mid, hi) if check(mid) else (lo, mid)
+        # the envelope: every rate from half the capacity up to it is sustained
+        failed = None
+        k = 1
+        while lo * ENVELOPE_STEP ** k >= lo / 2 * (1 - 1e-9):
+            q = lo * ENVELOPE_STEP ** k
+            if not check(q):
+                failed = q
+                break
+            k += 1
+        if failed is None:
+            break
+        hi = failed
+        below = [q for q, ok, *_ in steps if ok and q < failed]
+        lo = max(below) if below else 0.0
+    at = at_rate[lo]
+    return {"qps": float(lo), "method": METHOD, "rel_tol": rel_tol, "seed": seed, "seeds": SEEDS,
+            "window_s": at.window_s, "service": service_stats(scenario, seed), "at_capacity": at.as_dict(),
+            "first_unstable_qps": float(hi), "steps": steps}
 
 
 # ====================================================================== caches
@@ -316,12 +428,23 @@ def describe(scenario, seed: int = 0) -> list[str]:
     """Lines for ``llmsched-gym scenarios --describe``: the capacity and how it was found."""
     rec = capacity_record(scenario, seed=seed)
     at, sv = rec["at_capacity"], rec["service"]
-    return [
+    seeds = rec.get("seeds", 1)
+    lines = [
         f"capacity: {rec['qps']:.3f} req/s ({rec['source']}); {rec['first_unstable_qps']:.3f} req/s is not sustained",
-        f"  how: steady state over the second half of a {rec['window_s']:.0f} s arrival window "
+        f"  how: no lasting queue over the second half of a {rec['window_s']:.0f} s arrival window "
         f"(max(capacity_horizon_s {scenario.capacity_horizon_s:g} s, {SERVICE_TIMES} x p99 isolated service time "
-        f"{sv['p99_s']:.2f} s, {2 * MIN_ARRIVALS} arrivals)); router {scenario.gateway.router}, no flow control",
+        f"{sv['p99_s']:.2f} s, {2 * MIN_ARRIVALS} arrivals)) nor in any burst; router {scenario.gateway.router}, "
+        f"no flow control",
         f"  at capacity: {at['arrivals']} arrivals in the second half, delivered {at['delivered_ratio']:.3f} of offered "
         f"(>= {1 - TOLERANCE:.2f}), waiting-for-first-token growth {at['waiting_growth']:.1f} "
-        f"(<= {at['waiting_limit']:.1f}); {len(rec['steps'])} checks, bisection to {rec['rel_tol']:.0%}",
+        f"(<= {at['waiting_limit']:.1f}); mean TTFT {at['ttft_mean_s']:.3f} s",
     ]
+    bursts = at.get("bursts") or []
+    if bursts:
+        worst = max(bursts, key=lambda b: b["waiting_growth"] / b["waiting_limit"])
+        lines.append(f"  bursts: {len(bursts)} judged; the closest, t = {worst['start_s']:.0f}-{worst['end_s']:.0f} s "
+                     f"({worst['arrivals']} arrivals): waiting growth {worst['waiting_growth']:.1f} "
+                     f"(<= {worst['waiting_limit']:.1f})")
+    lines.append(f"  search: {len(rec['steps'])} checks on {seeds} seed(s) each, bisection to {rec['rel_tol']:.0%}, "
+                 f"every rate from half the capacity up to it sustained (steps of {1 - ENVELOPE_STEP:.0%})")
+    return lines

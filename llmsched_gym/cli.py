@@ -42,6 +42,10 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     cl.add_argument("--model", help="qwen3-14b, qwen3-30b-a3b, qwen2-7b, qwen2.5-7b, llama-3.1-8b")
     cl.add_argument("--latency-model", help="linear, roofline, blis-trained-physics, blis-roofline")
     cl.add_argument("--kv-blocks", help="KV blocks per instance, or 'unlimited'")
+    cl.add_argument("--cpu-kv-gb", type=float, help="a CPU KV tier of this many GB per instance (0: none)")
+    cl.add_argument("--cpu-link-gbps", type=float, help="host link GB/s the CPU tier loads over (default: the GPU's)")
+    cl.add_argument("--cpu-kv-shared", action="store_true", default=None,
+                    help="one CPU tier for the cluster (a Mooncake store) instead of one per instance")
     cl.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
     gw = p.add_argument_group("gateway policies (see `llmsched-gym policies`)")
     gw.add_argument("--router", help="routing policy, e.g. lmetric or 'llm-d:prefix_weight=2'")
@@ -95,6 +99,7 @@ def scenario_from_args(args) -> "object":
         "qps": args.qps, "load": args.load, "paper_qps": args.paper_qps, "instances": args.instances,
         "hardware": args.hardware, "model": args.model, "latency_model": args.latency_model,
         "kv_blocks": _kv_blocks(args.kv_blocks), "horizon_s": args.horizon,
+        "cpu_kv_gb": args.cpu_kv_gb, "cpu_link_gbps": args.cpu_link_gbps, "cpu_kv_shared": args.cpu_kv_shared,
     }.items() if v is not None}
     check_scenario_flags(args)
     if args.trace:

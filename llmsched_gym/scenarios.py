@@ -111,6 +111,11 @@ def _file_digest(p: Path) -> str:
     return _DIGESTS[key]
 
 
+#: Cluster options added after capacities were first shipped, and their defaults.
+_CLUSTER_OPTION_DEFAULTS = {"cpu_kv_gb": 0.0, "cpu_link_gbps": None, "cpu_kv_events": True,
+                            "cpu_kv_shared": False}
+
+
 @dataclass
 class Scenario:
     """One experiment setting.
@@ -249,6 +254,9 @@ class Scenario:
         """Hash of everything that determines capacity (cluster, workload shape, router)."""
         d = self.to_dict()
         d = {k: d[k] for k in ("cluster", "workload", "capacity_horizon_s")} | {"router": d["gateway"]["router"]}
+        for k, default in _CLUSTER_OPTION_DEFAULTS.items():  # at its default, older fingerprints stay valid
+            if d["cluster"].get(k, default) == default:
+                d["cluster"].pop(k, None)
         # The run's own window (duration_s / num_requests) does not enter: capacity is
         # measured over the scenario's capacity window whatever the run's length.
         for spec in d["workload"].get("mixture", [d["workload"]]):
@@ -279,12 +287,14 @@ def list_scenarios() -> list[str]:
 
 _OVERRIDES = {"qps", "load", "paper_qps", "instances", "horizon_s", "router", "flow_control", "admission",
               "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "trace_path",
-              "capacity_horizon_s", "duration_s", "num_requests"}
+              "capacity_horizon_s", "duration_s", "num_requests", "cpu_kv_gb", "cpu_link_gbps", "cpu_kv_events",
+              "cpu_kv_shared"}
 #: make_scenario keywords: numeric rules (the rest are names, policies or paths).
 SCENARIO_OVERRIDE_RULES = {
     "qps": {"gt": 0}, "load": {"gt": 0}, "paper_qps": {"gt": 0},
     "instances": POSITIVE_INT, "horizon_s": {"gt": 0, "none_ok": True}, "capacity_horizon_s": {"gt": 0},
     "duration_s": {"gt": 0}, "num_requests": POSITIVE_INT, "scrape_interval_s": {"ge": 0},
+    "cpu_kv_gb": {"ge": 0}, "cpu_link_gbps": {"gt": 0, "none_ok": True},
 }
 
 
@@ -311,6 +321,7 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
 
     Overrides: ``qps``, ``load``, ``paper_qps`` (rate; one at most), ``instances``,
     ``hardware``, ``model``, ``latency_model``, ``kv_blocks``, ``scrape_interval_s``,
+    ``cpu_kv_gb``, ``cpu_link_gbps``, ``cpu_kv_events``, ``cpu_kv_shared`` (the CPU KV tier),
     ``horizon_s``, ``duration_s`` / ``num_requests`` (synthetic window),
     ``capacity_horizon_s``, ``router``, ``flow_control``, ``admission``, ``trace_path``.
     """
@@ -340,7 +351,8 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
         check_nonnegative(k, v, strict=True)
         sc.qps = sc.load = sc.paper_qps = None
         setattr(sc, k, float(v))
-    cluster_keys = {"instances", "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s"}
+    cluster_keys = {"instances", "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "cpu_kv_gb",
+                    "cpu_link_gbps", "cpu_kv_events", "cpu_kv_shared"}
     cl = {k: overrides.pop(k) for k in list(overrides) if k in cluster_keys}
     if cl:
         sc.cluster = replace(sc.cluster, **cl)

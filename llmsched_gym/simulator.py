@@ -82,7 +82,7 @@ UNLIMITED_BLOCKS = 2**40
 #: Ranges of the configs' numeric fields (:func:`~llmsched_gym.validation.check_number`
 #: keywords); the other fields are checked against their annotations.
 CLUSTER_RULES = {"instances": POSITIVE_INT, "tp": POSITIVE_INT, "gpu_memory_utilization": {"gt": 0, "le": 1},
-                 "scrape_interval_s": {"ge": 0}}
+                 "scrape_interval_s": {"ge": 0}, "cpu_kv_gb": {"ge": 0}, "cpu_link_gbps": {"gt": 0, "none_ok": True}}
 ENGINE_RULES = {"max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT, "block_size": POSITIVE_INT,
                 "max_model_len": {"integer": True, "ge": 1, "none_ok": True}}
 GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": POSITIVE_INT, "dispatch_interval_s": {"gt": 0}}
@@ -143,6 +143,17 @@ class ClusterConfig:
         gpu_memory_utilization: fraction of GPU memory vLLM may use.
         engine: per-instance limits (``EngineConfig``).
         scrape_interval_s: how often the gateway's metrics refresh (0 = always fresh).
+        cpu_kv_gb: a CPU KV tier per instance of this many GB (1e9 bytes; 0 = none): GPU
+            blocks evicted from the prefix cache are kept there (LRU), and a prefix hit
+            in it loads back instead of recomputing (docs/architecture.md, "CPU KV tier").
+        cpu_link_gbps: the host link's bandwidth per GPU, GB/s, the CPU tier loads over;
+            None: the hardware preset's (``host_link_gbps``).
+        cpu_kv_events: whether the CPU tier publishes its blocks to the router (as
+            LMCache's KV events do for llm-d's precise prefix scorer), so that precise
+            prefix views count its units; False: the routers see the GPU caches only.
+        cpu_kv_shared: one CPU tier for the whole cluster (a Mooncake store), of
+            ``cpu_kv_gb`` per instance pooled, that every instance writes its evictions
+            to and loads from; False: one tier per instance.
     """
 
     instances: int = 2
@@ -155,6 +166,10 @@ class ClusterConfig:
     gpu_memory_utilization: float = 0.9
     engine: EngineConfig = field(default_factory=EngineConfig)
     scrape_interval_s: float = 0.05
+    cpu_kv_gb: float = 0.0
+    cpu_link_gbps: float | None = None
+    cpu_kv_events: bool = True
+    cpu_kv_shared: bool = False
 
     def __post_init__(self) -> None:
         check_cluster(self)  # types, ranges and the engine's fields
@@ -166,6 +181,22 @@ class ClusterConfig:
 
         return make_latency_model(self.latency_model, hardware=self.hardware, model=self.model,
                                   tp=self.tp, **self.latency_params)
+
+    def cpu_blocks(self) -> int:
+        """Blocks of the CPU KV tier of each instance (0: none)."""
+        if not self.cpu_kv_gb:
+            return 0
+        from .engine.hardware import get_model
+
+        return int(self.cpu_kv_gb * 1e9 // (get_model(self.model).kv_bytes_per_token * self.engine.block_size))
+
+    def cpu_load_us_per_token(self) -> float:
+        """Microseconds to load one token's KV from the CPU tier: its bytes over the host
+        links of the instance's ``tp`` GPUs (each loads its own shard)."""
+        from .engine.hardware import get_hardware, get_model
+
+        gbps = self.cpu_link_gbps if self.cpu_link_gbps is not None else get_hardware(self.hardware).host_link_gbps
+        return get_model(self.model).kv_bytes_per_token / (gbps * 1e3 * self.tp)  # 1 GB/s = 1e3 bytes/us
 
     def total_blocks(self) -> int:
         if self.kv_blocks == "unlimited":
@@ -262,6 +293,11 @@ class Simulator:
             scrape_interval_s=cluster.scrape_interval_s, ttl_s=gateway.ttl_s, band_capacity=gateway.band_capacity,
             dispatch_interval_s=gateway.dispatch_interval_s, horizon_s=self.horizon,
             expected_output=self.expected_output, rng=self.rng, saturation=gateway.saturation)
+        if cluster.cpu_kv_gb:
+            self.inputs.cpu_blocks = cluster.cpu_blocks()
+            self.inputs.cpu_load_us_per_token = cluster.cpu_load_us_per_token()
+            self.inputs.cpu_visible = cluster.cpu_kv_events
+            self.inputs.cpu_shared = cluster.cpu_kv_shared
         self._codes = lower_policies(self.router, self.flow, self.admission)
         if self._codes.router == ROUTER_LLMD:  # its approximate prefix index runs in the kernel
             self.inputs.router_block_keys = (self.router.block_tokens, self.router.max_prefix_blocks)
@@ -413,6 +449,12 @@ class Simulator:
     def set_ceilings(self, ceilings: np.ndarray) -> None:
         """Per-band ceilings (band 0 highest) of an externally set usage limit (FlowControl env)."""
         self.state.ceil_ext[self.c, :len(self.band_priorities)] = ceilings
+
+    def set_flow_params(self, params) -> None:
+        """Parameters of the compiled usage limit (e.g. the soft-reflective ceiling's ramp
+        and period scale: FlowControl ``action="soft-reflective"``), from the next dispatch cycle."""
+        for k, v in enumerate(params):
+            self._cf[CF_F0 + k] = float(v)
 
     def set_rejection_probs(self, probs: np.ndarray) -> None:
         """Per-band rejection probabilities of an externally set admission (Admission env)."""

@@ -89,6 +89,25 @@ def test_soft_reflective_published_table(s, percent):
     assert round(100 * blocked_fraction(s)) == percent
 
 
+@pytest.mark.parametrize("spec, s, percent", [
+    ("soft-reflective-ceiling:ramp=2", 0.45, 0),                 # gated from s = 1/3, period round(0.82) = 1
+    ("soft-reflective-ceiling:ramp=2,period_scale=2", 0.45, 50),  # gated, period round(2 x 0.82) = 2
+    ("soft-reflective-ceiling:period_scale=2", 0.45, 0),         # ramp 1: not gated below 0.5
+    ("soft-reflective-ceiling:period_scale=2", 0.6, 67),         # period round(2 x 1.5) = 3
+    ("soft-reflective-ceiling:period_scale=0.25", 0.9, 50),      # period round(0.25 x 9) = 2
+    ("soft-reflective-ceiling:ramp=0", 0.9, 0),                  # never gated below saturation 1
+    ("soft-reflective-ceiling:ramp=0", 1.0, 100),
+])
+def test_soft_reflective_ramp_and_period_scale(spec, s, percent):
+    """Hand-computed blocking of the sheddable band (2 bands) with the parameters the
+    FlowControl env's action="soft-reflective" sets: gated when s >= 1 - ramp s, open one
+    cycle in max(1, round(period_scale s/(1-s))) from s = 1/(1 + ramp)."""
+    policy = make_policy(spec)
+    policy.reset(1, np.random.default_rng(0))
+    cycles = 36
+    assert round(100 * sum(s >= policy.ceilings(s, 2)[1] for _ in range(cycles)) / cycles) == percent
+
+
 def test_soft_reflective_critical_band_always_open():
     policy = make_policy("soft-reflective-ceiling")
     for s in (0.3, 0.6, 0.9, 1.0, 1.7):

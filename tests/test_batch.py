@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsched_gym import ClusterConfig, EngineConfig, GatewayConfig, Simulator, simulate_batch
+from llmsched_gym.engine.layout import II_CPU_USED
 from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, PrefixSpec, WorkloadSpec, generate
 
 FIELDS = ("instance", "dispatch_t", "first_token_t", "finish_t", "end_t", "outcome", "prefix_hit",
@@ -46,10 +47,10 @@ def test_batch_cluster_equals_alone():
 @given(seed=st.integers(0, 10_000), instances=st.integers(1, 3), kv=st.integers(60, 800),
        rate=st.floats(5, 80), seqs=st.integers(2, 64), budget=st.sampled_from([256, 512, 2048]),
        groups=st.sampled_from([0, 3]), router=st.sampled_from(["jsq", "round-robin", "least-tokens", "random"]),
-       flow=st.sampled_from([None, "soft-reflective-ceiling"]))
-def test_random_configs_conserve_and_release(seed, instances, kv, rate, seqs, budget, groups, router, flow):
+       flow=st.sampled_from([None, "soft-reflective-ceiling"]), cpu_gb=st.sampled_from([0.0, 0.05, 1.0]))
+def test_random_configs_conserve_and_release(seed, instances, kv, rate, seqs, budget, groups, router, flow, cpu_gb):
     w = _workload(seed, rate, 80, prefix_groups=groups, classes=flow is not None)
-    cluster = ClusterConfig(instances=instances, kv_blocks=kv,
+    cluster = ClusterConfig(instances=instances, kv_blocks=kv, cpu_kv_gb=cpu_gb,
                             engine=EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget))
     gateway = GatewayConfig(router=router, flow_control=flow, ttl_s=5.0)
     sim = Simulator(w, cluster, gateway, seed=seed).run()
@@ -59,6 +60,9 @@ def test_random_configs_conserve_and_release(seed, instances, kv, rate, seqs, bu
     st_ = sim.state
     i0, i1 = st_.inst_off[0], st_.inst_off[1]
     assert (st_.inst_i[2, i0:i1] >= 0).all() and (st_.inst_i[3, i0:i1] <= kv).all()  # used / evictable in range
+    cpu_used = st_.inst_i[II_CPU_USED, i0:i1]
+    assert (cpu_used >= 0).all() and (cpu_used <= cluster.cpu_blocks()).all()  # the CPU tier within capacity
+    assert (sim.table.cpu_hit <= sim.table.prefix_hit).all() and (cpu_gb or not sim.table.cpu_hit.any())
     again = simulate_batch([dict(workload=w, cluster=cluster, gateway=gateway, seed=seed)] * 2)
     for s in again:
         _assert_same(sim, s)
@@ -70,7 +74,7 @@ def test_slot_reload_and_regrow_keep_other_clusters_exact():
     from llmsched_gym import SimulatorBatch
 
     small, large = _workload(1, 40, 150, prefix_groups=3), _workload(2, 40, 400, prefix_groups=3)
-    cluster, gateway = ClusterConfig(instances=2, kv_blocks=700), GatewayConfig(router="llm-d")
+    cluster, gateway = ClusterConfig(instances=2, kv_blocks=700, cpu_kv_gb=0.05), GatewayConfig(router="llm-d")
     alone = Simulator(small, cluster, gateway, seed=5).run()
     sims = [Simulator(small, cluster, gateway, seed=5, batch=False), Simulator(small, cluster, gateway, seed=6,
                                                                               batch=False)]

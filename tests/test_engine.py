@@ -188,18 +188,19 @@ def test_hashed_prefix_tables_simulate_as_direct_ones(monkeypatch, router):
 
     sc = g.make_scenario("chatbot", qps=30, duration_s=40)
     w = sc.build_workload(0)
-    cluster = ClusterConfig(instances=2, kv_blocks=1500)
+    cluster = ClusterConfig(instances=2, kv_blocks=1500, cpu_kv_gb=0.5)  # and a CPU tier of 190 blocks
 
     def run():
         sim = Simulator(w, cluster, GatewayConfig(router=router), seed=0).run()
         t = sim.table
-        return sim, (t.first_token_t, t.finish_t, t.prefix_hit, t.instance, t.outcome, t.preemptions)
+        return sim, (t.first_token_t, t.finish_t, t.prefix_hit, t.cpu_hit, t.instance, t.outcome, t.preemptions)
 
     direct_sim, direct = run()
+    assert direct_sim.table.cpu_hit.any()  # the tier is used
     assert ST._table_size(direct_sim.inputs, ST._keys_of(direct_sim.inputs))[1]
 
-    def hashed(x, units):
-        n = ST._pow2_at_least(2 * max(min(units[4], int(x.kv_blocks)), 4))
+    def hashed(x, units, cpu=False):
+        n = ST._pow2_at_least(2 * max(min(units[4], int(x.cpu_blocks if cpu else x.kv_blocks)), 4))
         return n, False
 
     monkeypatch.setattr(ST, "_table_size", hashed)

@@ -48,6 +48,7 @@ def test_make_without_import_in_fresh_interpreter():
     (IDS[1], dict(scenario="codegen", qps=16, horizon=3)),
     (IDS[1], dict(scenario="chat", qps=60, horizon=1.5, reward="e2e")),
     (IDS[1], dict(scenario="chatbot", qps=20, horizon=1, instances=4)),
+    (IDS[1], dict(scenario="codegen", qps=16, horizon=3, action="soft-reflective")),
     (IDS[2], dict(scenario="codegen", qps=16, horizon=3, reward="slo")),
     (IDS[2], dict(scenario="chat", qps=60, horizon=1.5)),
     (IDS[2], dict(scenario="reasoning", qps=0.6, horizon=3, observation={"normalize": False})),
@@ -357,3 +358,70 @@ def test_ppo_longer_run_routing():
 
     venv = to_sb3_vec_env(gym.make_vec(IDS[0], num_envs=16, scenario="codegen", qps=14, horizon=20))
     MaskablePPO("MultiInputPolicy", venv, n_steps=256, seed=0).learn(50_000)
+
+
+def test_vector_add_info_builds_gymnasiums_layout():
+    """The vector envs' faster _add_info gives VectorEnv._add_info's arrays, dtypes and masks."""
+    from gymnasium.vector import VectorEnv
+
+    venv = gym.make_vec(IDS[0], num_envs=5, scenario="codegen", qps=12, horizon=5)
+    first = {"a": 1, "b": 2.5, "c": True, "d": np.float32(3), "e": np.arange(3), "f": "x",
+             "g": {"h": 1, "i": {"j": None}}, "final_obs": {"o": 1}}
+    later = {"a": 4, "g": {"h": 2}, "k": np.int64(7)}
+
+    def build(add_info):
+        return add_info(venv, add_info(venv, {}, first, 1), later, 3)
+
+    def same(x, y):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], dict):
+                same(x[k], y[k])
+                continue
+            assert (x[k].dtype, x[k].shape) == (y[k].dtype, y[k].shape), k
+            for a, b in zip(x[k].tolist(), y[k].tolist()):
+                assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, k
+
+    same(build(VectorEnv._add_info), build(type(venv.unwrapped)._add_info))
+
+
+@pytest.mark.parametrize("reward", ["ttft", "slo"])  # the fused batched path and the drivers'
+def test_soft_reflective_action_at_its_centre_is_the_baseline(reward):
+    """FlowControl action="soft-reflective": the action (0.5, 0.5) every interval runs the
+    engine's soft-reflective ceiling undisturbed, so every request is served exactly as under
+    the soft-reflective-ceiling baseline; in a vector env too."""
+    kwargs = dict(scenario="codegen", paper_qps=16, horizon=20, action="soft-reflective", reward=reward)
+    ref = [make_scenario("codegen", paper_qps=16).simulator(
+        ws, router="llm-d", flow_control="soft-reflective-ceiling", admission="always-admit", horizon_s=20).run()
+        for ws in (5, 6)]
+    venv = gym.make_vec(IDS[1], num_envs=2, **kwargs)
+    venv.unwrapped.autoreset = False  # keep the finished episodes' tables to compare
+    assert venv.single_action_space.shape == (2,)
+    venv.reset(seed=0, options={"workload_seed": [5, 6]})
+    sims = list(venv.unwrapped.simulators)
+    centre = np.full((2, 2), 0.5, np.float32)
+    for _ in range(200):  # 20 s of 0.1 s intervals: both episodes end at the horizon together
+        _, _, te, tr, info = venv.step(centre)
+    assert (te | tr).all()
+    np.testing.assert_array_equal(info["final_info"]["soft_reflective"], np.ones((2, 2)))
+    for sim, r in zip(sims, ref):
+        np.testing.assert_array_equal(sim.table.first_token_t, r.table.first_token_t)
+        np.testing.assert_array_equal(sim.table.outcome, r.table.outcome)
+    # another action moves the duty cycle
+    env = gym.make(IDS[1], **kwargs)
+    env.reset(seed=0, options={"workload_seed": 5})
+    for _ in range(200):
+        _, _, te, tr, info = env.step(np.array([1.0, 1.0], np.float32))
+    np.testing.assert_array_equal(info["soft_reflective"], [2.0, 4.0])
+    assert not np.array_equal(env.unwrapped.simulator.table.first_token_t, ref[0].table.first_token_t)
+
+
+def test_flow_action_keyword_errors():
+    with pytest.raises(ConfigError, match="action='soft-reflective' applies to llmsched/FlowControl-v0 only"):
+        gym.make(IDS[0], scenario="codegen", qps=10, action="soft-reflective")
+    with pytest.raises(ConfigError, match="choose one of ceilings, soft-reflective"):
+        gym.make(IDS[1], scenario="codegen", qps=10, action="duty")
+    env = gym.make(IDS[1], scenario="codegen", qps=10, action="soft-reflective")
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"shape \(2,\)"):
+        env.step(np.array([0.5, 0.5, 0.5], np.float32))

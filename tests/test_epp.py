@@ -138,6 +138,7 @@ def test_export_gateway_settings_round_trip():
     ("llm-d+always-admit", "always-admit without flow control cannot be deployed"),
     ("llm-d+soft-reflective-ceiling+legacy", "with flow control cannot be deployed"),
     ("llm-d+static-usage-limit:threshold=1.5", "threshold in (0, 1]"),
+    ("llm-d+soft-reflective-ceiling:period_scale=2", "only ramp=1, period_scale=1 can be deployed"),
 ])
 def test_export_refuses_what_llmd_cannot_deploy(spec, needle, capsys):
     assert main(["policies", "--to-epp-config", spec]) == 2

@@ -257,3 +257,16 @@ def test_results_report_and_figures_exist():
     for f in figures:
         p = report.parent / f
         assert p.exists() and p.stat().st_size > 10_000, p
+
+
+def test_percentiles_equal_numpys_bit_for_bit():
+    """The summaries' percentile shortcut is np.percentile's linear method exactly,
+    including ties, single values and NaN."""
+    from llmsched_gym.evaluation.metrics import PERCENTILES, percentiles
+
+    rng = np.random.default_rng(3)
+    for n in [*range(1, 120), 1000, 2001]:
+        for x in (rng.lognormal(0, 2, n), rng.integers(0, 4, n).astype(float), rng.normal(0, 1, n)):
+            assert np.array_equal(percentiles(x), np.percentile(x, PERCENTILES)), n
+    x = np.array([1.0, np.nan, 2.0])
+    assert np.isnan(percentiles(x)).all() and np.isnan(np.percentile(x, PERCENTILES)).all()

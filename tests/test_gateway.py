@@ -148,3 +148,16 @@ def test_hotspot_detector_flags_kv_hotspot_burst_not_chatbot():
     calm = LMetricRouter()
     make_scenario("chatbot", qps=60.0).simulator(0, router=calm).run()
     assert [(t, c) for t, c in calm.hotspot_log if t > 5.0] == []
+
+
+def test_parameterized_soft_reflective_compiled_as_in_python():
+    """The engine's soft-reflective duty cycle with a non-default ramp and period scale (what
+    FlowControl's action="soft-reflective" sets) dispatches as the Python policy does."""
+    from baselines.flow_control import SoftReflectiveCeiling
+
+    w = two_band_workload(n=800, rate=45.0)
+    compiled = run(w, "soft-reflective-ceiling:ramp=1.5,period_scale=2")
+    python = run(w, Recorder(SoftReflectiveCeiling(ramp=1.5, period_scale=2.0)))
+    default = run(w, "soft-reflective-ceiling")
+    np.testing.assert_array_equal(compiled.table.dispatch_t, python.table.dispatch_t)
+    assert not np.array_equal(compiled.table.dispatch_t, default.table.dispatch_t)

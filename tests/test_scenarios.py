@@ -23,7 +23,7 @@ from llmsched_gym.scenarios import (
 )
 
 BUILTIN = {"codegen", "chat", "reasoning", "chatbot", "agent", "coder", "toolagent", "kv-hotspot",
-           "mooncake-conversation", "azure-code", "azure-conv"}
+           "kv-hotspot-thinking", "mooncake-conversation", "azure-code", "azure-conv"}
 
 USER_YAML = {
     "name": "my-scenario",
@@ -123,7 +123,9 @@ def test_steady_state_criterion_and_how_capacity_was_found(quick_capacity):
     steps = {q: stable for q, stable, *_ in rec["steps"]}
     assert steps[cap] and not steps[rec["first_unstable_qps"]]
     assert rec["first_unstable_qps"] / cap - 1 <= 0.02
-    assert not any(stable and q > cap for q, stable in steps.items())
+    # the envelope: every probed rate from half the capacity up to it is sustained
+    assert all(stable for q, stable in steps.items() if cap / 2 <= q <= cap)
+    assert any(cap / 2 <= q < cap for q in steps)
     # the window: capacity_horizon_s, service times of the heaviest requests, enough arrivals
     p99 = rec["service"]["p99_s"]
     assert rec["window_s"] >= max(60.0, C.SERVICE_TIMES * p99, 2 * C.MIN_ARRIVALS / cap) - 1e-9
@@ -132,20 +134,90 @@ def test_steady_state_criterion_and_how_capacity_was_found(quick_capacity):
     assert not over.stable and (over.delivered_ratio < 1 - C.TOLERANCE or over.waiting_growth > over.waiting_limit)
     assert over.ttft_mean_s > 10 * under.ttft_mean_s
     lines = C.describe(sc)
-    assert f"{cap:.3f} req/s" in lines[0] and "steady state" in lines[1]
+    assert f"{cap:.3f} req/s" in lines[0] and "no lasting queue" in lines[1]
+    assert any(line.strip().startswith("search:") and f"{C.SEEDS} seed(s)" in line for line in lines)
 
 
-def test_a_draining_second_half_extends_the_window(quick_capacity):
+def test_a_draining_second_half_extends_the_window_and_a_declared_burst_is_judged(quick_capacity):
     # Overloaded for the first 20 s, then light: at 60 s the second half still drains the
-    # backlog (not steady yet), so the check doubles the window until it is steady.
+    # backlog (not steady yet), so the check doubles the window until it is steady. The
+    # overload is a declared burst (the rate curve), and its queue is judged too: not sustained.
     C = quick_capacity
     sc = small_codegen(1)
     sc.workload.arrival.rate_curve = [[0, 3.0], [20, 3.0], [20, 0.3], [100000, 0.3]]
     check = C.steady_state(sc, 20.0, window_s=60.0)
     assert check.extensions >= 1 and check.window_s == 60.0 * 2 ** check.extensions
-    assert check.stable and not check.draining
+    assert not check.draining and not check.still_draining
+    (burst,) = check.bursts
+    assert burst["start_s"] < 1.0 and abs(burst["end_s"] - 20.0) < 0.1
+    assert burst["waiting_growth"] > burst["waiting_limit"] and not burst["stable"] and not check.stable
     first, _ = C._check(sc, 20.0, 0, 60.0)
     assert first.draining and first.delivered_ratio > 1 + C.TOLERANCE
+
+
+def test_a_backlog_still_draining_after_the_last_extension_is_not_sustained(quick_capacity, monkeypatch):
+    # Without a declared burst (the same backlog from a cold start, a trace's own burst) a
+    # second half that is still draining when the window can no longer grow carried the
+    # first half's queue through it: a lasting queue.
+    C = quick_capacity
+    sc = small_codegen(1)
+    sc.workload.arrival.rate_curve = [[0, 3.0], [20, 3.0], [20, 0.3], [100000, 0.3]]
+    monkeypatch.setattr(C, "_burst_spans", lambda *a, **kw: [])
+    monkeypatch.setattr(C, "MAX_EXTENSIONS", 0)
+    check = C.steady_state(sc, 20.0, window_s=60.0)
+    assert check.draining and check.still_draining and not check.stable
+    assert check.delivered_ratio >= 1 - C.TOLERANCE and check.waiting_growth <= check.waiting_limit
+
+
+def test_burst_spans_are_where_the_declared_rate_is_above_its_mean():
+    import llmsched_gym.capacity as C
+
+    (a, b), = C._burst_spans(make_scenario("kv-hotspot"), 200.0)
+    assert abs(a - 30.0) < 0.1 and abs(b - 90.0) < 0.1
+    assert C._burst_spans(make_scenario("chatbot"), 200.0) == []
+    assert C._burst_spans(make_scenario("codegen"), 200.0) == []
+
+
+def test_kv_hotspot_thinking_is_kv_hotspot_with_thinking_requests():
+    base, thinking = make_scenario("kv-hotspot"), make_scenario("kv-hotspot-thinking")
+    (bg0, hot0), (bg1, hot1) = base.workload, thinking.workload
+    assert bg0.to_dict() == bg1.to_dict() and base.cluster == thinking.cluster
+    assert hot1.output.to_dict() == make_scenario("reasoning").workload.output.to_dict()
+    assert hot1.arrival.to_dict() == hot0.arrival.to_dict() and hot1.prefix.to_dict() == hot0.prefix.to_dict()
+    assert hot1.output.mean > 20 * hot0.output.mean
+
+
+def _fake_checks(monkeypatch, verdict):
+    """Replace the steady-state run by ``verdict(qps, seed) -> bool``; the probed (qps, seed)."""
+    import llmsched_gym.capacity as C
+
+    calls = []
+
+    def fake(scenario, qps, seed=0, window_s=None):
+        calls.append((qps, seed))
+        ok = verdict(qps, seed)
+        return C.SteadyState(qps, 100.0, ok, 1000, 1000, 1.0 if ok else 0.8, 0.0, 40.0, 0, 0.1)
+
+    monkeypatch.setattr(C, "steady_state", fake)
+    monkeypatch.setattr(C, "service_stats", lambda sc, seed=0: {"p99_s": 1.0})
+    return C, calls
+
+
+def test_capacity_needs_every_seed_and_the_envelope_below_it(monkeypatch):
+    sc = small_codegen(1)
+    # seed 1 fails above 30 req/s: the capacity is what every seed sustains
+    C, calls = _fake_checks(monkeypatch, lambda q, s: q < (30.0 if s == 1 else 60.0))
+    rec = C.search_capacity(sc, rel_tol=0.02)
+    assert 30.0 / 1.02 <= rec["qps"] < 30.0 and {s for _, s in calls} == set(range(C.SEEDS))
+    # a non-monotone verdict (a router that overloads one instance at 36-40 req/s but not at
+    # 40-60): the lucky rates above the hole are not the capacity
+    C, calls = _fake_checks(monkeypatch, lambda q, s: q < 36.0 or 40.0 <= q < 60.0)
+    rec = C.search_capacity(sc, rel_tol=0.02)
+    assert 36.0 / 1.02 <= rec["qps"] < 36.0 and rec["first_unstable_qps"] / rec["qps"] - 1 <= 0.02
+    probed = {q: ok for q, ok, *_ in rec["steps"]}
+    assert any(ok and q > 40.0 for q, ok in probed.items())  # the bisection did land above the hole first
+    assert all(ok for q, ok in probed.items() if rec["qps"] / 2 <= q <= rec["qps"])
+    assert min(q for q in probed if q >= rec["qps"] / 2 * 0.999) <= rec["qps"] * C.ENVELOPE_STEP ** 6 * 1.001
 
 
 def test_shipped_capacities_match_their_scenarios():

@@ -24,12 +24,15 @@ class Hardware:
         peak_tflops: dense BF16 peak, TFLOP/s (no sparsity).
         hbm_tbps: HBM bandwidth, TB/s (1e12 bytes/s).
         memory_gib: device memory in GiB (2**30 bytes); BLIS's ``MemoryGiB`` convention.
+        host_link_gbps: host-to-device bandwidth, GB/s (1e9 bytes/s) per direction: the
+            PCIe link a CPU KV tier loads over (Gen5 x16: 64, Gen4 x16: 32).
     """
 
     name: str
     peak_tflops: float
     hbm_tbps: float
     memory_gib: float
+    host_link_gbps: float = 64.0
 
     @property
     def flops_per_us(self) -> float:
@@ -114,7 +117,7 @@ HARDWARE: dict[str, Hardware] = {
     for hw in (
         Hardware("H100", peak_tflops=989.5, hbm_tbps=3.35, memory_gib=80.0),
         Hardware("H200", peak_tflops=989.5, hbm_tbps=4.8, memory_gib=141.0),
-        Hardware("A100", peak_tflops=312.0, hbm_tbps=2.039, memory_gib=80.0),
+        Hardware("A100", peak_tflops=312.0, hbm_tbps=2.039, memory_gib=80.0, host_link_gbps=32.0),
         Hardware("H20", peak_tflops=148.0, hbm_tbps=4.0, memory_gib=96.0),
     )
 }

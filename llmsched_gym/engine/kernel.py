@@ -106,12 +106,22 @@ from .layout import (
     FLOW_PY,
     FLOW_SOFT_REFLECTIVE,
     FLOW_STATIC,
+    IF_CPU_LOAD_US,
     IF_LT_TOKENS,
     IF_NEXT_T,
     IF_SCR_KV,
     IF_SCRAPE_T,
     II_ANON_FRONT,
     II_CLUSTER,
+    II_CPU0,
+    II_CPU_CAP,
+    II_CPU_DIRECT,
+    II_CPU_HEAD,
+    II_CPU_MASK,
+    II_CPU_OWNER,
+    II_CPU_TAIL,
+    II_CPU_USED,
+    II_CPU_VISIBLE,
     II_ENT0,
     II_ENT_DIRECT,
     II_ENT_MASK,
@@ -157,6 +167,7 @@ from .layout import (
     RI_BK0,
     RI_BK1,
     RI_CLASS,
+    RI_CPU_HIT,
     RI_GENERATED,
     RI_HELD,
     RI_INPUT,
@@ -328,10 +339,9 @@ def _home(key, mask):
 
 
 @njit(cache=True)
-def _find(ent, inst_i, g, key):
-    """Slot of unit ``key`` in instance ``g``'s table, -1 if it is not cached there."""
-    e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
-    if inst_i[II_ENT_DIRECT, g]:
+def _find_in(ent, e0, mask, direct, key):
+    """Slot of unit ``key`` in the table at ``e0`` (``mask + 1`` slots), -1 if absent."""
+    if direct:
         return e0 + key if ent[e0 + key, EN_KEY] == key + 1 else -1
     h = _home(key, mask)
     while True:
@@ -344,10 +354,15 @@ def _find(ent, inst_i, g, key):
 
 
 @njit(cache=True)
-def _insert(ent, inst_i, g, key):
-    """A fresh entry for unit ``key`` (not in the table) on instance ``g``."""
-    e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
-    h = key if inst_i[II_ENT_DIRECT, g] else _home(key, mask)
+def _find(ent, inst_i, g, key):
+    """Slot of unit ``key`` in instance ``g``'s table, -1 if it is not cached there."""
+    return _find_in(ent, inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g], inst_i[II_ENT_DIRECT, g], key)
+
+
+@njit(cache=True)
+def _insert_in(ent, e0, mask, direct, key):
+    """A fresh entry for unit ``key`` (not in the table at ``e0``)."""
+    h = key if direct else _home(key, mask)
     for _ in range(mask + 1):
         e = e0 + h
         if ent[e, EN_KEY] == 0:
@@ -360,14 +375,20 @@ def _insert(ent, inst_i, g, key):
 
 
 @njit(cache=True)
-def _delete(ent, inst_i, g, e):
-    """Remove entry ``e`` (evicted, out of the free queue) from instance ``g``'s table.
-    Later entries of its probe run shift back into the gap, keeping their free-queue
-    links pointed at them (so lookups never meet a tombstone)."""
-    e0, mask = inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g]
+def _insert(ent, inst_i, g, key):
+    """A fresh entry for unit ``key`` (not in the table) on instance ``g``."""
+    return _insert_in(ent, inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g], inst_i[II_ENT_DIRECT, g], key)
+
+
+@njit(cache=True)
+def _delete_in(ent, inst_i, g, e, e0, mask, direct, head_f, tail_f):
+    """Remove entry ``e`` (out of its queue) from the table at ``e0``. Later entries of
+    its probe run shift back into the gap; those in the queue whose ends are
+    ``inst_i[head_f / tail_f, g]`` keep their links pointed at them (so lookups never
+    meet a tombstone)."""
     gap = e - e0
     ent[e, EN_KEY] = 0
-    if inst_i[II_ENT_DIRECT, g]:  # every entry sits in its own slot
+    if direct:  # every entry sits in its own slot
         return
     j = gap
     while True:
@@ -383,51 +404,108 @@ def _delete(ent, inst_i, g, e):
         for f in range(N_EN):
             ent[dst, f] = ent[src, f]
         ent[src, EN_KEY] = 0
-        if ent[dst, EN_REF] == 0:  # in the free queue: relink its neighbours
+        if ent[dst, EN_REF] == 0:  # in the queue: relink its neighbours
             p, n = ent[dst, EN_PREV], ent[dst, EN_NEXT]
             if p >= 0:
                 ent[p, EN_NEXT] = dst
             else:
-                inst_i[II_LRU_HEAD, g] = dst
+                inst_i[head_f, g] = dst
             if n >= 0:
                 ent[n, EN_PREV] = dst
             else:
-                inst_i[II_LRU_TAIL, g] = dst
+                inst_i[tail_f, g] = dst
         gap = j
+
+
+@njit(cache=True)
+def _delete(ent, inst_i, g, e):
+    """Remove entry ``e`` (evicted, out of the free queue) from instance ``g``'s table."""
+    _delete_in(ent, inst_i, g, e, inst_i[II_ENT0, g], inst_i[II_ENT_MASK, g], inst_i[II_ENT_DIRECT, g],
+               II_LRU_HEAD, II_LRU_TAIL)
+
+
+@njit(cache=True)
+def _queue_remove(ent, inst_i, g, e, head_f, tail_f):
+    p, n = ent[e, EN_PREV], ent[e, EN_NEXT]
+    if p >= 0:
+        ent[p, EN_NEXT] = n
+    else:
+        inst_i[head_f, g] = n
+    if n >= 0:
+        ent[n, EN_PREV] = p
+    else:
+        inst_i[tail_f, g] = p
+    ent[e, EN_PREV] = -1
+    ent[e, EN_NEXT] = -1
+
+
+@njit(cache=True)
+def _queue_append(ent, inst_i, g, e, head_f, tail_f):
+    tail = inst_i[tail_f, g]
+    ent[e, EN_PREV] = tail
+    ent[e, EN_NEXT] = -1
+    if tail >= 0:
+        ent[tail, EN_NEXT] = e
+    else:
+        inst_i[head_f, g] = e
+    inst_i[tail_f, g] = e
 
 
 @njit(cache=True)
 def _lru_remove(ent, inst_i, g, e):
     """Take unreferenced unit ``e`` out of the free queue (a prefix hit, or its eviction);
     in vLLM order the anonymous free blocks released after it keep their place."""
-    p, n = ent[e, EN_PREV], ent[e, EN_NEXT]
+    p = ent[e, EN_PREV]
     after = ent[e, EN_ANON_AFTER]
     if p >= 0:
-        ent[p, EN_NEXT] = n
         ent[p, EN_ANON_AFTER] += after
     else:
-        inst_i[II_LRU_HEAD, g] = n
         inst_i[II_ANON_FRONT, g] += after
-    if n >= 0:
-        ent[n, EN_PREV] = p
-    else:
-        inst_i[II_LRU_TAIL, g] = p
-    ent[e, EN_PREV] = -1
-    ent[e, EN_NEXT] = -1
+    _queue_remove(ent, inst_i, g, e, II_LRU_HEAD, II_LRU_TAIL)
     ent[e, EN_ANON_AFTER] = 0
 
 
 @njit(cache=True)
 def _lru_append(ent, inst_i, g, e):
-    tail = inst_i[II_LRU_TAIL, g]
-    ent[e, EN_PREV] = tail
-    ent[e, EN_NEXT] = -1
+    _queue_append(ent, inst_i, g, e, II_LRU_HEAD, II_LRU_TAIL)
     ent[e, EN_ANON_AFTER] = 0
-    if tail >= 0:
-        ent[tail, EN_NEXT] = e
-    else:
-        inst_i[II_LRU_HEAD, g] = e
-    inst_i[II_LRU_TAIL, g] = e
+
+
+# ===================================================================== CPU KV tier
+@njit(cache=True)
+def _cpu_find(ent, inst_i, g, key):
+    """Slot of unit ``key`` in instance ``g``'s CPU tier, -1 if it is not stored there."""
+    return _find_in(ent, inst_i[II_CPU0, g], inst_i[II_CPU_MASK, g], inst_i[II_CPU_DIRECT, g], key)
+
+
+@njit(cache=True)
+def _cpu_drop(ent, inst_i, g, e):
+    """Drop entry ``e`` from the CPU tier whose fields ``g`` (its owner) holds."""
+    _queue_remove(ent, inst_i, g, e, II_CPU_HEAD, II_CPU_TAIL)
+    inst_i[II_CPU_USED, g] -= ent[e, EN_BLOCKS]
+    _delete_in(ent, inst_i, g, e, inst_i[II_CPU0, g], inst_i[II_CPU_MASK, g], inst_i[II_CPU_DIRECT, g],
+               II_CPU_HEAD, II_CPU_TAIL)
+
+
+@njit(cache=True)
+def _cpu_put(ent, inst_i, g, key, nb):
+    """Unit ``key`` (``nb`` blocks), just evicted from ``g``'s GPU cache, is stored in its
+    CPU tier as the most recently used: an LRU victim cache (LMCache's local CPU backend,
+    a Mooncake store), which drops its least recently used units to make room. A tier
+    shared by the cluster's instances keeps its queue and use in its owner's fields."""
+    g = inst_i[II_CPU_OWNER, g]
+    cap = inst_i[II_CPU_CAP, g]
+    if nb > cap:
+        return
+    e = _cpu_find(ent, inst_i, g, key)
+    if e >= 0:
+        _cpu_drop(ent, inst_i, g, e)
+    while inst_i[II_CPU_USED, g] + nb > cap:
+        _cpu_drop(ent, inst_i, g, inst_i[II_CPU_HEAD, g])
+    e = _insert_in(ent, inst_i[II_CPU0, g], inst_i[II_CPU_MASK, g], inst_i[II_CPU_DIRECT, g], key)
+    ent[e, EN_BLOCKS] = nb
+    _queue_append(ent, inst_i, g, e, II_CPU_HEAD, II_CPU_TAIL)
+    inst_i[II_CPU_USED, g] += nb
 
 
 @njit(cache=True)
@@ -447,7 +525,9 @@ def _allocate(inst_i, ent, g, n):
             nb = ent[e, EN_BLOCKS]
             _lru_remove(ent, inst_i, g, e)
             inst_i[II_ANON_FRONT, g] += nb
-            _delete(ent, inst_i, g, e)  # no longer cached
+            if inst_i[II_CPU_CAP, g]:
+                _cpu_put(ent, inst_i, g, ent[e, EN_KEY] - 1, nb)
+            _delete(ent, inst_i, g, e)  # no longer cached on the GPU
             inst_i[II_EVICTABLE, g] -= nb
         inst_i[II_ANON_FRONT, g] -= n
     else:
@@ -457,7 +537,9 @@ def _allocate(inst_i, ent, g, n):
             e = inst_i[II_LRU_HEAD, g]
             nb = ent[e, EN_BLOCKS]
             _lru_remove(ent, inst_i, g, e)
-            _delete(ent, inst_i, g, e)  # no longer cached
+            if inst_i[II_CPU_CAP, g]:
+                _cpu_put(ent, inst_i, g, ent[e, EN_KEY] - 1, nb)
+            _delete(ent, inst_i, g, e)  # no longer cached on the GPU
             inst_i[II_EVICTABLE, g] -= nb
             free += nb
     inst_i[II_USED, g] = used + n
@@ -500,16 +582,26 @@ def _matched_units(req_i, unit_i, inst_i, ent, g, r):
 
 @njit(cache=True)
 def cached_tokens(req_i, unit_i, inst_i, ent, g, r):
-    """Prompt tokens of request ``r`` cached on instance ``g`` (precise prefix index)."""
+    """Prompt tokens of request ``r`` cached on instance ``g`` (precise prefix index): on
+    its GPU, continued in its CPU tier where that tier publishes its blocks."""
     n = _matched_units(req_i, unit_i, inst_i, ent, g, r)
+    if inst_i[II_CPU_VISIBLE, g]:
+        u0, u1 = req_i[RI_UNIT0, r], req_i[RI_UNIT1, r]
+        while u0 + n < u1:
+            e = _cpu_find(ent, inst_i, g, unit_i[U_KEY, u0 + n])
+            if e < 0 or ent[e, EN_BLOCKS] != unit_i[U_BLOCKS, u0 + n]:
+                break
+            n += 1
     return unit_i[U_END, req_i[RI_UNIT0, r] + n - 1] if n else 0
 
 
 @njit(cache=True)
 def _prefix_hit(req_i, unit_i, inst_i, ent, g, r):
-    """(hit tokens, hit units, idle blocks) of ``r`` on ``g``: its leading cached units,
-    short of any that reaches the prompt's end (vLLM recomputes the last token of a fully
-    cached prompt; unit ends only grow), and their blocks no running request holds."""
+    """(hit tokens, GPU units, idle blocks, CPU units, CPU blocks) of ``r`` on ``g``: its
+    leading units cached on the GPU, short of any that reaches the prompt's end (vLLM
+    recomputes the last token of a fully cached prompt; unit ends only grow), and their
+    blocks no running request holds; then the units that continue the prefix in the CPU
+    tier (not on the GPU), to be loaded. ``hit`` covers both."""
     u0, u1 = req_i[RI_UNIT0, r], req_i[RI_UNIT1, r]
     target = req_i[RI_INPUT, r] + req_i[RI_GENERATED, r]
     n = idle = 0
@@ -520,7 +612,16 @@ def _prefix_hit(req_i, unit_i, inst_i, ent, g, r):
         if ent[e, EN_REF] == 0:
             idle += ent[e, EN_BLOCKS]
         n += 1
-    return (unit_i[U_END, u0 + n - 1] if n else 0), n, idle
+    m = cpu_blocks = 0
+    if inst_i[II_CPU_CAP, g]:
+        while u0 + n + m < u1 and unit_i[U_END, u0 + n + m] < target:
+            u = u0 + n + m
+            e = _cpu_find(ent, inst_i, g, unit_i[U_KEY, u])
+            if e < 0 or ent[e, EN_BLOCKS] != unit_i[U_BLOCKS, u] or _find(ent, inst_i, g, unit_i[U_KEY, u]) >= 0:
+                break
+            cpu_blocks += ent[e, EN_BLOCKS]
+            m += 1
+    return (unit_i[U_END, u0 + n + m - 1] if n + m else 0), n, idle, m, cpu_blocks
 
 
 # ===================================================================== instances
@@ -609,22 +710,24 @@ def _can_admit(req_i, unit_i, inst_i, ent, g, budget, bs, max_seqs):
     if inst_i[II_WQ_LEN, g] == 0 or budget <= 0 or inst_i[II_NRUN, g] >= max_seqs:
         return False
     r = inst_i[II_WQ_HEAD, g]
-    hit, _, idle = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
+    hit, _, idle, _, cpu_blocks = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
     take = min(req_i[RI_INPUT, r] + req_i[RI_GENERATED, r] - hit, budget)
-    return _cdiv(hit + take, bs) - hit // bs <= inst_i[II_TOTAL, g] - inst_i[II_USED, g] - idle
+    return _cdiv(hit + take, bs) - hit // bs + cpu_blocks <= inst_i[II_TOTAL, g] - inst_i[II_USED, g] - idle
 
 
 @njit(cache=True)
 def _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget, bs, max_seqs):
-    """Move waiting requests into the batch, in queue order, while they fit."""
+    """Move waiting requests into the batch, in queue order, while they fit; returns the
+    prompt tokens they load from the CPU tier."""
     R = run[g]
+    loaded = 0
     while inst_i[II_WQ_LEN, g] > 0 and inst_i[II_NRUN, g] < max_seqs and budget > 0:
         r = inst_i[II_WQ_HEAD, g]
-        hit, n_units, idle = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
+        hit, n_units, idle, n_cpu, cpu_blocks = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
         inp, gen = req_i[RI_INPUT, r], req_i[RI_GENERATED, r]
         take = min(inp + gen - hit, budget)
         new = _cdiv(hit + take, bs) - hit // bs
-        if new > inst_i[II_TOTAL, g] - inst_i[II_USED, g] - idle:
+        if new + cpu_blocks > inst_i[II_TOTAL, g] - inst_i[II_USED, g] - idle:
             break
         u0 = req_i[RI_UNIT0, r]
         for u in range(u0, u0 + n_units):  # acquire the cached units
@@ -635,11 +738,24 @@ def _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget, bs, max_seqs):
                 inst_i[II_EVICTABLE, g] -= nb
                 inst_i[II_USED, g] += nb
             ent[e, EN_REF] += 1
-        _allocate(inst_i, ent, g, new)
-        req_i[RI_HELD, r] = n_units
+        cpu_tokens = 0
+        if n_cpu:  # load the CPU tier's units: GPU blocks that cache them, held by r
+            for u in range(u0 + n_units, u0 + n_units + n_cpu):
+                e = _insert(ent, inst_i, g, unit_i[U_KEY, u])
+                ent[e, EN_REF] = 1
+                ent[e, EN_BLOCKS] = unit_i[U_BLOCKS, u]
+                stored = _cpu_find(ent, inst_i, g, unit_i[U_KEY, u])  # most recently used now
+                owner = inst_i[II_CPU_OWNER, g]
+                _queue_remove(ent, inst_i, owner, stored, II_CPU_HEAD, II_CPU_TAIL)
+                _queue_append(ent, inst_i, owner, stored, II_CPU_HEAD, II_CPU_TAIL)
+            cpu_tokens = hit - (unit_i[U_END, u0 + n_units - 1] if n_units else 0)
+            loaded += cpu_tokens
+        _allocate(inst_i, ent, g, new + cpu_blocks)
+        req_i[RI_HELD, r] = n_units + n_cpu
         if not req_i[RI_SCHEDULED, r]:
             req_i[RI_SCHEDULED, r] = 1
             req_i[RI_PREFIX_HIT, r] = hit
+            req_i[RI_CPU_HIT, r] = cpu_tokens
         _wq_popleft(req_i, inst_i, g)
         j = inst_i[II_NRUN, g]
         R[RUN_ID, j], R[RUN_INP, j], R[RUN_OUT, j] = r, inp, req_i[RI_OUTPUT, r]
@@ -647,6 +763,7 @@ def _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget, bs, max_seqs):
         R[RUN_TAKE, j], R[RUN_DECODE, j] = take, 0
         inst_i[II_NRUN, g] = j + 1
         budget -= take
+    return loaded
 
 
 @njit(cache=True)
@@ -764,8 +881,9 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
             return
 
     _allocate(inst_i, ent, g, n_new)
+    loaded = 0
     if not preempted or not n:
-        _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget - taken, bs, max_seqs)
+        loaded = _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget - taken, bs, max_seqs)
     m = inst_i[II_NRUN, g]
     if m == 0:
         inst_f[IF_NEXT_T, g] = np.inf
@@ -779,6 +897,8 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
         pairs += a
         past += b
     step = step_us(kind, lat_p[c], clu_i[CI_INTEGER_US, c], n_pf, sum_t, pairs, past, n_dec, float(ctx))
+    if loaded:  # the CPU tier's KV loads over the host link before the step runs (synchronously)
+        step += loaded * inst_f[IF_CPU_LOAD_US, g]
     inst_i[II_SEG_LEN, g] = 0
     inst_f[IF_NEXT_T, g] = t + step * 1e-6
     inst_i[II_ITERS, g] += 1
@@ -1494,8 +1614,9 @@ def expire(req_i, req_f, clu_i, clu_f, bq, c, t):
 
 
 @njit(cache=True)
-def _soft_reflective_period(s):
-    return max(1, np.floor(s / (1.0 - s) + 0.5 + 1e-9))
+def _soft_reflective_period(s, scale):
+    """Cycles per open cycle of a gated band (``scale`` = the policy's ``period_scale``)."""
+    return max(1, np.floor(scale * s / (1.0 - s) + 0.5 + 1e-9))
 
 
 @njit(cache=True)
@@ -1507,8 +1628,8 @@ def _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now):
         if nb == 1:
             return clu_f[CF_F0, c]
         return clu_f[CF_F0, c] - b * (clu_f[CF_F0, c] - clu_f[CF_F1, c]) / (nb - 1)
-    if kind == FLOW_SOFT_REFLECTIVE:
-        if b == 0 or not s >= 1.0 - b * s / (nb - 1):
+    if kind == FLOW_SOFT_REFLECTIVE:  # CF_F0: ramp, CF_F1: period scale
+        if b == 0 or not s >= 1.0 - clu_f[CF_F0, c] * b * s / (nb - 1):
             return 1.0
         return 0.0 if s >= 1.0 else (1.0 if open_now else 0.0)
     return ceil_ext[c, b]  # FLOW_FIXED or FLOW_PY
@@ -1524,9 +1645,10 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
     nb = clu_i[CI_NBANDS, c]
     kind = clu_i[CI_FLOW, c]
     open_now = True
-    if kind == FLOW_SOFT_REFLECTIVE and 0.5 <= s < 1.0:
+    gated_from = 1.0 / (1.0 + clu_f[CF_F0, c])  # where the last band starts to be gated (0.5 at ramp 1)
+    if kind == FLOW_SOFT_REFLECTIVE and gated_from <= s < 1.0:
         clu_i[CI_TICK, c] += 1
-        open_now = clu_i[CI_TICK, c] % _soft_reflective_period(s) == 0
+        open_now = clu_i[CI_TICK, c] % _soft_reflective_period(s, clu_f[CF_F1, c]) == 0
     if kind == FLOW_PY:
         clu_i[CI_HAS_DECISION, c] = 0
     blocked = False
@@ -1550,7 +1672,7 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
         clu_f[CF_NEXT_CYCLE, c] = np.inf
         return
     if kind == FLOW_SOFT_REFLECTIVE:
-        stationary = s < 0.5 or s >= 1.0 or _soft_reflective_period(s) == 1
+        stationary = s < gated_from or s >= 1.0 or _soft_reflective_period(s, clu_f[CF_F1, c]) == 1
     elif kind == FLOW_PY:
         stationary = clu_f[CF_STATIONARY, c] > 0
     else:

@@ -14,6 +14,7 @@ Implementations: :class:`LinearModel` (BLIS "blackbox"), :class:`RooflineModel`,
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
@@ -448,10 +449,11 @@ _KINDS: dict[str, type[StepTimeModel]] = {
 }
 
 
-def _overridable(cls: type[StepTimeModel]) -> list[str]:
+@functools.cache
+def _overridable(cls: type[StepTimeModel]) -> tuple[str, ...]:
     """Keyword-only constructor parameters (the model's coefficients)."""
     params = inspect.signature(cls.__init__).parameters.values()
-    return [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def make_latency_model(

@@ -12,8 +12,9 @@ kernels (``rm llmsched_gym/engine/__pycache__/*.nb[ic]``) or they keep the old v
 # Requests, int64 ``req_i[field, r]`` (all clusters' requests back to back).
 (RI_INPUT, RI_OUTPUT, RI_BAND, RI_PRIORITY, RI_UNIT0, RI_UNIT1, RI_GENERATED, RI_HELD, RI_INSTANCE,
  RI_PREFIX_HIT, RI_SCHEDULED, RI_PREEMPTIONS, RI_OUTCOME, RI_PREFILL_EST, RI_NEXT, RI_CLOSED, RI_BK0,
- RI_BK1, RI_CLASS) = range(19)
-N_RI = 19  # RI_CLASS: the request's prefix class for LMetric's hotspot detector (-1: none)  # RI_CLOSED: the environments' reward bookkeeping (cost of the request is final)
+ RI_BK1, RI_CLASS, RI_CPU_HIT) = range(20)
+N_RI = 20  # RI_CLASS: the request's prefix class for LMetric's hotspot detector (-1: none)  # RI_CLOSED: the environments' reward bookkeeping (cost of the request is final)
+# RI_CPU_HIT: prompt tokens of the first schedule loaded from the CPU tier (part of RI_PREFIX_HIT).
 # RI_BK0:RI_BK1: the request's router block keys in ``bkey`` (dense per cluster), for the
 # compiled llm-d router's approximate prefix index.
 # Requests, float64 ``req_f[field, r]``: times in seconds; delays precomputed per request.
@@ -27,16 +28,21 @@ N_U = 3
 (II_CLUSTER, II_TOTAL, II_USED, II_EVICTABLE, II_NRUN, II_WQ_HEAD, II_WQ_TAIL, II_WQ_LEN, II_PENDING,
  II_SEG_LEN, II_SEG_USED0, II_ITERS, II_LRU_HEAD, II_LRU_TAIL, II_ENT0, II_INFLIGHT, II_QPREFILL,
  II_SCR_WAITING, II_SCR_RUNNING, II_IX0, II_IX_HEAD, II_IX_TAIL, II_IX_COUNT, II_ANON_FRONT, II_EVICTION,
- II_RESTART, II_ENT_MASK, II_ENT_DIRECT) = range(28)
-N_II = 28
+ II_RESTART, II_ENT_MASK, II_ENT_DIRECT, II_CPU0, II_CPU_MASK, II_CPU_DIRECT, II_CPU_CAP, II_CPU_USED,
+ II_CPU_HEAD, II_CPU_TAIL, II_CPU_VISIBLE, II_CPU_OWNER) = range(37)
+N_II = 37
+# II_CPU*: the CPU KV tier, a second table of units in ``ent`` (slots CPU0 .. CPU0 + MASK, after
+# every GPU table) with its LRU queue (HEAD oldest) and capacity / use in blocks (CAP 0: no tier);
+# II_CPU_VISIBLE: the precise prefix view (cached_tokens) counts the tier's units; II_CPU_OWNER:
+# the instance whose CPU_USED / HEAD / TAIL the tier uses (itself, or the cluster's first if shared).
 # II_IX*: the llm-d router's per-instance LRU of block keys (``ix[field, e]``);
 # II_ANON_FRONT: vLLM order, anonymous free blocks ahead of the first cached unit;
 # II_EVICTION: the instance's eviction order (EVICT_*); II_RESTART: BLIS restart preemption;
 # II_ENT0 / II_ENT_MASK: the instance's prefix-cache table, slots ENT0 .. ENT0 + MASK;
 # II_ENT_DIRECT: the table has a slot per key (key k lives in slot k, no probing).
 # Instances, float64 ``inst_f[field, g]``.
-IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS = range(4)
-N_IF = 4
+IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS, IF_CPU_LOAD_US = range(5)
+N_IF = 5  # IF_CPU_LOAD_US: microseconds to load one token's KV from the CPU tier
 # Running batch, int64 ``run[g, field, slot]`` in admission order.
 RUN_ID, RUN_INP, RUN_OUT, RUN_COMP, RUN_GEN, RUN_SHARED, RUN_TAKE, RUN_PREFILL, RUN_DECODE, RUN_DONE = range(10)
 N_RUN = 10

@@ -17,7 +17,8 @@ class RequestTable:
 
     Fields (docs/architecture.md records): ``instance``, ``dispatch_t``, ``first_token_t``,
     ``finish_t``, ``end_t`` (time the outcome became final), ``prefix_hit`` (cached
-    prompt tokens at first scheduling), ``scheduled_once``, ``preemptions``,
+    prompt tokens at first scheduling), ``cpu_hit`` (the part of them loaded from the CPU
+    KV tier), ``scheduled_once``, ``preemptions``,
     ``generated`` (output tokens emitted so far, kept across preemptions) and ``outcome``;
     the workload's ``input``, ``output``, ``priority`` and ``arrival``. Views update as
     the simulation runs.
@@ -29,6 +30,7 @@ class RequestTable:
             RF_END,
             RF_FINISH,
             RF_FIRST,
+            RI_CPU_HIT,
             RI_GENERATED,
             RI_INSTANCE,
             RI_OUTCOME,
@@ -50,6 +52,7 @@ class RequestTable:
         self.generated = ri[RI_GENERATED, r0:r1]
         self.instance = ri[RI_INSTANCE, r0:r1]
         self.prefix_hit = ri[RI_PREFIX_HIT, r0:r1]
+        self.cpu_hit = ri[RI_CPU_HIT, r0:r1]
         self._scheduled = ri[RI_SCHEDULED, r0:r1]
         self.preemptions = ri[RI_PREEMPTIONS, r0:r1]
         self.outcome = ri[RI_OUTCOME, r0:r1]

@@ -53,9 +53,18 @@ from .layout import (
     CI_SKIP,
     EN_NEXT,
     EN_PREV,
+    IF_CPU_LOAD_US,
     IF_NEXT_T,
     II_ANON_FRONT,
     II_CLUSTER,
+    II_CPU0,
+    II_CPU_CAP,
+    II_CPU_DIRECT,
+    II_CPU_HEAD,
+    II_CPU_MASK,
+    II_CPU_OWNER,
+    II_CPU_TAIL,
+    II_CPU_VISIBLE,
     II_ENT0,
     II_ENT_DIRECT,
     II_ENT_MASK,
@@ -114,24 +123,40 @@ from .steptime import N_PARAMS, lower
 from .units import prefix_classes, prefix_units, router_block_keys
 
 
+#: A prefix-cache table is indexed by key directly when that takes at most this many times
+#: the slots of a hashed one (see _table_size).
+DIRECT_MAX_RATIO = 8
+
+
 def _pow2_at_least(n: float) -> int:
     return 1 << max(int(np.ceil(n)) - 1, 0).bit_length()
 
 
-def _table_size(x: ClusterInputs, units) -> tuple[int, bool]:
-    """(slots, direct) of an instance's prefix-cache table. Direct: one slot per distinct
-    key, indexed by the key, when that costs at most 8x a hashed table; else hashed: a
-    power of two at least twice the most entries it can hold (every cached unit has a
-    block of its own), so that memory follows the KV capacity and probing stays short."""
+def _table_size(x: ClusterInputs, units, cpu: bool = False) -> tuple[int, bool]:
+    """(slots, direct) of an instance's prefix-cache table (``cpu``: of its CPU tier; no
+    slots without one). Direct: one slot per distinct key, indexed by the key, when that
+    costs at most 8x a hashed table; else hashed: a power of two at least twice the most
+    entries it can hold (every cached unit has a block of its own), so that memory
+    follows the capacity and probing stays short."""
+    blocks = int(x.cpu_blocks if cpu else x.kv_blocks)
+    if cpu and not blocks:
+        return 0, False
+    if cpu and x.cpu_shared:
+        blocks = blocks * x.instances
     n_keys = units[4]
-    hashed = _pow2_at_least(2 * max(min(n_keys, int(x.kv_blocks)), 4))
-    return (max(n_keys, 1), True) if n_keys <= 8 * hashed else (hashed, False)
+    hashed = _pow2_at_least(2 * max(min(n_keys, blocks), 4))
+    return (max(n_keys, 1), True) if n_keys <= DIRECT_MAX_RATIO * hashed else (hashed, False)
 
 
-def _table_slots(x: ClusterInputs, units, slack: float) -> int:
+def _cpu_tables(x: ClusterInputs) -> int:
+    """CPU tier tables of a cluster: one per instance, or one shared."""
+    return 1 if x.cpu_shared else x.instances
+
+
+def _table_slots(x: ClusterInputs, units, slack: float, cpu: bool = False) -> int:
     """Slots per instance to reserve: a direct table grows with the keys (room for
-    ``slack`` more), a hashed one is bounded by the KV capacity."""
-    size, direct = _table_size(x, units)
+    ``slack`` more), a hashed one is bounded by the capacity."""
+    size, direct = _table_size(x, units, cpu)
     return int(np.ceil(size * slack)) if direct else size
 
 
@@ -166,6 +191,10 @@ class ClusterInputs:
     router_block_keys: tuple | None = None  # (block_tokens, max_blocks) of a compiled llm-d router
     saturation: object = None  # llmsched_gym.gateway.saturation.SaturationConfig (None: the default)
     prefix_classes: tuple | None = None  # (prefix_blocks, block_tokens) of a compiled LMetric detector
+    cpu_blocks: int = 0  # CPU KV tier per instance, in blocks (0: none)
+    cpu_load_us_per_token: float = 0.0  # time to load one token's KV from it
+    cpu_visible: bool = True  # the precise prefix view counts its units
+    cpu_shared: bool = False  # one tier for the cluster (cpu_blocks per instance, pooled)
     units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
@@ -189,20 +218,22 @@ class EngineState:
         for x in clusters:
             self.rngs.append(x.rng)
         for c, (x, u) in enumerate(zip(clusters, units)):
-            self.load(c, x, u)
+            self.load(c, x, u, fresh=True)
 
     def _capacity(self, x: ClusterInputs, units) -> tuple[int, ...]:
-        """(requests, units, entries, instances, block keys, index entries) of a slot for ``x``."""
+        """(requests, units, entries, instances, block keys, index entries, CPU tier entries)
+        of a slot for ``x``."""
         sl = self.slack
         return (int(np.ceil(len(x.workload) * sl)), int(np.ceil(len(units[1]) * sl)),
                 x.instances * _table_slots(x, units, sl), x.instances,
-                int(np.ceil(len(units[6]) * sl)), x.instances * int(np.ceil(units[7] * sl)))
+                int(np.ceil(len(units[6]) * sl)), x.instances * int(np.ceil(units[7] * sl)),
+                _cpu_tables(x) * _table_slots(x, units, sl, cpu=True))
 
     def _allocate(self, caps: list[tuple[int, ...]], num_bands: int, max_seqs: int) -> None:
         C = len(caps)
         off = lambda k: np.concatenate([[0], np.cumsum([cap[k] for cap in caps])]).astype(np.int64)  # noqa: E731
         self.req_off, self.unit_off, self.ent_off, self.inst_off = off(0), off(1), off(2), off(3)
-        self.bk_off, self.ix_off = off(4), off(5)
+        self.bk_off, self.ix_off, self.cpu_off = off(4), off(5), off(6)
         self.bkey = np.zeros(int(self.bk_off[-1]), np.int64)
         self.ix = np.zeros((N_IX, int(self.ix_off[-1])), np.int64)
         N, NI = int(self.req_off[-1]), int(self.inst_off[-1])
@@ -212,7 +243,8 @@ class EngineState:
         self.unit_i = np.zeros((N_U, int(self.unit_off[-1])), np.int64)
         self.inst_i = np.zeros((N_II, NI), np.int64)
         self.inst_f = np.zeros((N_IF, NI))
-        self.ent = np.zeros((int(self.ent_off[-1]), N_EN), np.int64)  # entry-major: one entry, one cache line
+        # Entry-major (one entry, one cache line): every GPU table, then every CPU tier table.
+        self.ent = np.zeros((int(self.ent_off[-1] + self.cpu_off[-1]), N_EN), np.int64)
         self.run = np.zeros((NI, N_RUN, S), np.int64)
         self.seg = np.zeros((NI, SEGMENT_CHUNK))
         self.clu_i = np.zeros((N_CI, C), np.int64)
@@ -233,7 +265,7 @@ class EngineState:
         contents are moved unchanged (indices rebased), slot ``c`` is left to :meth:`load`."""
         units = _keys_of(x)
         C = self.num_clusters
-        offs = (self.req_off, self.unit_off, self.ent_off, self.inst_off, self.bk_off, self.ix_off)
+        offs = (self.req_off, self.unit_off, self.ent_off, self.inst_off, self.bk_off, self.ix_off, self.cpu_off)
         old = [tuple(int(o[k + 1] - o[k]) for o in offs) for k in range(C)]
         caps = list(old)
         caps[c] = tuple(max(a, b) for a, b in zip(old[c], self._capacity(x, units)))
@@ -282,6 +314,14 @@ class EngineState:
             for f in (IX_PREV, IX_NEXT):
                 new.ix[f, x0n:x0n + nx] = shift(self.ix[f, x0:x0 + nx], dix)
             new.inst_i[II_IX0, i0:i1] += dix
+            p0, p0n, nc = self.cpu_base(k), new.cpu_base(k), old[k][6]
+            dp = p0n - p0
+            new.ent[p0n:p0n + nc] = self.ent[p0:p0 + nc]
+            for f in (EN_PREV, EN_NEXT):
+                new.ent[p0n:p0n + nc, f] = shift(self.ent[p0:p0 + nc, f], dp)
+            new.inst_i[II_CPU0, i0:i1] += dp
+            for f in (II_CPU_HEAD, II_CPU_TAIL):
+                new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], dp)
             for f in (II_IX_HEAD, II_IX_TAIL):
                 new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], dix)
             new.run[i0:i1, :, :S] = self.run[i0:i1]
@@ -315,18 +355,27 @@ class EngineState:
             return "router block keys"
         if x.instances * units[7] > self.ix_off[c + 1] - self.ix_off[c]:
             return "router index entries"
+        if _table_size(x, units, cpu=True)[0] > self._slot_table(c, x, units, cpu=True):
+            return "CPU tier tables"
         return None
 
-    def _slot_table(self, c: int, x: ClusterInputs, units) -> int:
-        """Slots of each instance's prefix-cache table for ``x`` in slot ``c`` (all of its
-        share if direct, the largest power of two in it if hashed)."""
-        per = int(self.ent_off[c + 1] - self.ent_off[c]) // max(x.instances, 1)
-        if _table_size(x, units)[1] or not per:
+    def cpu_base(self, c: int) -> int:
+        """First ``ent`` row of slot ``c``'s CPU tier tables (after every GPU table)."""
+        return int(self.ent_off[-1] + self.cpu_off[c])
+
+    def _slot_table(self, c: int, x: ClusterInputs, units, cpu: bool = False) -> int:
+        """Slots of each instance's prefix-cache (or CPU tier) table for ``x`` in slot ``c``
+        (all of its share if direct, the largest power of two in it if hashed)."""
+        off = self.cpu_off if cpu else self.ent_off
+        per = int(off[c + 1] - off[c]) // max(_cpu_tables(x) if cpu else x.instances, 1)
+        if _table_size(x, units, cpu)[1] or not per:
             return per
         return 1 << (per.bit_length() - 1)
 
-    def load(self, c: int, x: ClusterInputs, units=None) -> None:
-        """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset."""
+    def load(self, c: int, x: ClusterInputs, units=None, fresh: bool = False) -> None:
+        """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset
+        (``fresh``: the slot was just allocated, all zeros, and its large ranges are left
+        untouched: writing zeros would fault in every page of a table the run may never use)."""
         units = _keys_of(x) if units is None else units
         uoff, keys, blocks, ends, _, bk_off, bkeys, n_bkeys = units
         short = self._fit(c, x, units)
@@ -338,7 +387,8 @@ class EngineState:
         r1 = r0 + n
         u0 = int(self.unit_off[c])
         ri, rf = self.req_i, self.req_f
-        ri[:, r0:int(self.req_off[c + 1])] = 0
+        if not fresh:
+            ri[:, r0:int(self.req_off[c + 1])] = 0
         ri[RI_INPUT, r0:r1] = w.input_tokens
         ri[RI_OUTPUT, r0:r1] = w.output_tokens
         ri[RI_PRIORITY, r0:r1] = w.priority
@@ -347,13 +397,15 @@ class EngineState:
         ri[RI_UNIT1, r0:r1] = uoff[1:] + u0
         ri[RI_INSTANCE, r0:r1] = -1
         ri[RI_NEXT, r0:r1] = -1
-        rf[:, r0:int(self.req_off[c + 1])] = 0.0
+        if not fresh:
+            rf[:, r0:int(self.req_off[c + 1])] = 0.0
         ri[RI_CLASS, r0:r1] = -1
         if x.prefix_classes:
             ri[RI_CLASS, r0:r1], n_classes = prefix_classes(w, *x.prefix_classes)
         else:
             n_classes = 0
-        self.ccount[r0:int(self.req_off[c + 1])] = 0
+        if not fresh:
+            self.ccount[r0:int(self.req_off[c + 1])] = 0
         rf[RF_ARRIVAL, r0:r1] = w.arrival_s
         for f in (RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED):
             rf[f, r0:r1] = np.nan
@@ -364,7 +416,8 @@ class EngineState:
         self.unit_i[U_BLOCKS, u0:u0 + len(keys)] = blocks
         self.unit_i[U_END, u0:u0 + len(keys)] = ends
         e0, e1 = int(self.ent_off[c]), int(self.ent_off[c + 1])
-        self.ent[e0:e1] = 0  # every table slot empty
+        if not fresh:
+            self.ent[e0:e1] = 0  # every table slot empty
         table, direct = self._slot_table(c, x, units), _table_size(x, units)[1]
 
         b0, x0, x1 = int(self.bk_off[c]), int(self.ix_off[c]), int(self.ix_off[c + 1])
@@ -388,9 +441,23 @@ class EngineState:
         ii[II_ENT0, i0:i1] = e0 + table * np.arange(x.instances)
         ii[II_ENT_MASK, i0:i1] = table - 1  # hashed tables only
         ii[II_ENT_DIRECT, i0:i1] = int(direct)
+        p0, p1 = self.cpu_base(c), self.cpu_base(c + 1)
+        if not fresh:
+            self.ent[p0:p1] = 0
+        cpu_table, cpu_direct = self._slot_table(c, x, units, cpu=True), _table_size(x, units, cpu=True)[1]
+        shared = bool(x.cpu_shared)
+        ii[II_CPU0, i0:i1] = p0 + (0 if shared else cpu_table) * np.arange(x.instances)
+        ii[II_CPU_MASK, i0:i1] = cpu_table - 1
+        ii[II_CPU_DIRECT, i0:i1] = int(cpu_direct)
+        ii[II_CPU_CAP, i0:i1] = (x.cpu_blocks * (x.instances if shared else 1)) if cpu_table else 0
+        ii[II_CPU_OWNER, i0:i1] = i0 if shared else np.arange(i0, i1)
+        ii[II_CPU_VISIBLE, i0:i1] = int(bool(x.cpu_blocks and cpu_table and x.cpu_visible))
+        ii[II_CPU_HEAD, i0:i1] = ii[II_CPU_TAIL, i0:i1] = -1
         self.inst_f[:, i0:i1] = 0.0
         self.inst_f[IF_NEXT_T, i0:i1] = np.inf
-        self.run[i0:i1] = 0
+        self.inst_f[IF_CPU_LOAD_US, i0:i1] = x.cpu_load_us_per_token
+        if not fresh:
+            self.run[i0:i1] = 0
 
         ci, cf = self.clu_i, self.clu_f
         ci[:, c] = 0

@@ -39,6 +39,7 @@ class BaselineAgent:
         self.policy = make_policy(policy, _ROLES[self.kind])
         driver = self.env.driver
         driver.observer = self.policy
+        self.env._vec.refresh_observers()
         if driver.sim is not None:
             driver.attach_observer()
 

@@ -18,6 +18,8 @@ from ..engine.layout import (
     BQ_HEAD,
     BQ_LEN,
     CF_EXP_OUT,
+    CF_F0,
+    CF_F1,
     CF_NEXT_CYCLE,
     CF_NOW,
     CF_SATURATION,
@@ -295,6 +297,23 @@ def apply_ceilings(actions, sim_bands, n_bands, bq, clu_f, ceilings, ceil_ext):
         queued = False
         for b in range(n_bands):
             ceil_ext[c, b] = ceilings[c, sim_bands[c, b]]
+            queued |= bq[BQ_LEN, c, b] > 0
+        if queued:
+            clu_f[CF_NEXT_CYCLE, c] = min(clu_f[CF_NEXT_CYCLE, c], clu_f[CF_NOW, c])
+
+
+@njit(cache=True)
+def apply_flow_params(params, n_bands, bq, clu_f):
+    """FlowControl ``action="soft-reflective"``: each cluster's soft-reflective ramp and
+    period scale (``params[c]``). A cluster whose parameters change and that has a queue is
+    woken for a dispatch cycle now; unchanged ones run their duty cycle undisturbed."""
+    for c in range(params.shape[0]):
+        if clu_f[CF_F0, c] == params[c, 0] and clu_f[CF_F1, c] == params[c, 1]:
+            continue
+        clu_f[CF_F0, c] = params[c, 0]
+        clu_f[CF_F1, c] = params[c, 1]
+        queued = False
+        for b in range(n_bands):
             queued |= bq[BQ_LEN, c, b] > 0
         if queued:
             clu_f[CF_NEXT_CYCLE, c] = min(clu_f[CF_NEXT_CYCLE, c], clu_f[CF_NOW, c])

@@ -137,6 +137,7 @@ class Setup:
     num_instances: int = 0
     band_priorities: tuple = ()
     sheddable: tuple = ()  # band indices with priority < 0
+    flow_action: str = "ceilings"  # FlowControl: what the action sets (FLOW_ACTIONS)
     observation_space: spaces.Dict | None = None
     action_space: spaces.Space | None = None
 
@@ -146,8 +147,11 @@ class Setup:
 
     def weight(self, priority) -> np.ndarray:
         p = np.asarray(priority)
-        out = np.array([self.priority_weights.get(int(v), _default_weight(int(v))) for v in np.unique(p)])
-        return out[np.searchsorted(np.unique(p), p)] if p.size else np.zeros(0)
+        if not p.size:
+            return np.zeros(0)
+        prios, of = np.unique(p, return_inverse=True)
+        out = np.array([self.priority_weights.get(int(v), _default_weight(int(v))) for v in prios.tolist()])
+        return out[of.reshape(p.shape)]
 
 
 def build_setup(kind: str, extra_keys: list[ObsKey], *, scenario=None, reward: str = "ttft", horizon=...,
@@ -394,7 +398,8 @@ class Driver:
     def __init__(self, setup: Setup):
         self.setup = setup
         self.sim = None
-        self.tracker: CostTracker | None = None
+        self._tracker: CostTracker | None = None
+        self._req_band_of: np.ndarray | None = None
         self.over = True
         self.steps = 0
         self.observer = None  # a RoutingPolicy kept informed (BaselineAgent)
@@ -435,18 +440,33 @@ class Driver:
     def start(self) -> None:
         """Begin the episode of the prepared simulator (up to its first decision)."""
         seed = self.seed
-        self.tracker = CostTracker(self.setup, self.sim)
+        self._tracker = None
+        self._req_band_of = None
         self.steps = 0
         self.over = False
         self._sim_bands = np.array([self._band_index[p] for p in self.sim.band_priorities], np.int64)
-        prios, of_request = np.unique(self.sim.table.priority, return_inverse=True)
-        self._req_band = np.array([self._band_index[int(p)] for p in prios], np.int64)[of_request]
         if self.observer is not None:
             self.attach_observer()
         status = self._start()
         if status != "route" and self.setup.kind == "routing":
             raise RuntimeError(f"episode (seed {seed}) ended before its first routing decision ({status}); "
                                "is the workload empty or every request rejected?")
+
+    @property
+    def tracker(self) -> CostTracker:
+        """The episode's cost tracker, built on first use: a vector env's fused step keeps
+        its own (docs/environments.md), so most episodes never need this one."""
+        if self._tracker is None:
+            self._tracker = CostTracker(self.setup, self.sim)
+        return self._tracker
+
+    @property
+    def _req_band(self) -> np.ndarray:
+        """The scenario band of every request of the episode (built on first use)."""
+        if self._req_band_of is None:
+            prios, of_request = np.unique(self.sim.table.priority, return_inverse=True)
+            self._req_band_of = np.array([self._band_index[int(p)] for p in prios], np.int64)[of_request]
+        return self._req_band_of
 
     def step(self, action) -> tuple[float, bool, bool]:
         if self.over:
@@ -595,27 +615,43 @@ class FlowControlDriver(IntervalDriver):
     def _simulator(self, seed):
         s = self.setup
         self.ceilings = np.ones(len(s.band_priorities))
-        self._policy = ExternalCeilings(np.ones(1))
+        self.soft_reflective = np.ones(2)  # (ramp, period scale)
+        if s.flow_action == "soft-reflective":  # the engine's own duty cycle, parameters set per interval
+            self._policy = make_policy("soft-reflective-ceiling", "usage-limit")
+        else:
+            self._policy = ExternalCeilings(np.ones(1))
         sim = s.scenario.simulator(seed, router=s.router or "llm-d", flow_control=self._policy,
                                    admission=s.admission or "always-admit", horizon_s=s.horizon,
                                    batch=not self.batched)
-        self._policy.values = np.ones(len(sim.band_priorities))
+        if s.flow_action == "ceilings":
+            self._policy.values = np.ones(len(sim.band_priorities))
         return sim
 
     def check_action(self, action) -> np.ndarray:
-        return self.validate_box(action, len(self.setup.band_priorities), "FlowControl")
+        n = 2 if self.setup.flow_action == "soft-reflective" else len(self.setup.band_priorities)
+        return self.validate_box(action, n, "FlowControl")
 
     def _apply(self, action):
         a = self.check_action(action)
-        self.ceilings = np.minimum.accumulate(a)
-        self._policy.values[:] = self.ceilings[self._sim_bands]
-        self.sim.set_ceilings(self._policy.values)
-        self.sim.wake_dispatch()
+        if self.setup.flow_action == "soft-reflective":
+            params = np.array(soft_reflective_params(a), float)
+            if not np.array_equal(params, self.soft_reflective):  # unchanged: the duty cycle runs on undisturbed
+                self.soft_reflective = params
+                self.sim.set_flow_params(params)
+                self.sim.wake_dispatch()
+        else:
+            self.ceilings = np.minimum.accumulate(a)
+            self._policy.values[:] = self.ceilings[self._sim_bands]
+            self.sim.set_ceilings(self._policy.values)
+            self.sim.wake_dispatch()
         return self._advance()
 
     def info(self):
         d = super().info()
-        d["ceilings"] = self.ceilings.copy()
+        if self.setup.flow_action == "soft-reflective":
+            d["soft_reflective"] = self.soft_reflective.copy()
+        else:
+            d["ceilings"] = self.ceilings.copy()
         return d
 
 
@@ -653,7 +689,7 @@ ALL_OBS_KEYS = COMMON_KEYS + ROUTING_KEYS + INTERVAL_KEYS
 
 
 ENV_KEYWORDS = ("scenario", "reward", "horizon", "observation", "reward_scale", "unserved_penalty_s",
-                "priority_weights", "control_interval", "router", "flow_control", "admission")
+                "priority_weights", "control_interval", "router", "flow_control", "admission", "action")
 
 
 def check_env_keywords(kind: str, kwargs: dict) -> None:
@@ -700,9 +736,28 @@ def check_env_keywords(kind: str, kwargs: dict) -> None:
 # ====================================================================== optional extras
 
 
+#: FlowControl-v0's ``action`` modes: per-band ceilings, or the soft-reflective ceiling's
+#: (ramp, period scale) (see :func:`soft_reflective_params`).
+FLOW_ACTIONS = ("ceilings", "soft-reflective")
+
+
+def soft_reflective_params(action):
+    """``(ramp, period_scale)`` of a FlowControl ``action="soft-reflective"`` action ``a``
+    (or of columns: ``a`` of shape ``(2, n)``): ``ramp = 2 a[0]`` in [0, 2],
+    ``period_scale = 4 ** (2 a[1] - 1)`` in [1/4, 4]; (0.5, 0.5) is the published
+    soft-reflective ceiling (1, 1) exactly."""
+    a = np.asarray(action, dtype=float)
+    return 2.0 * a[0], np.power(4.0, 2.0 * a[1] - 1.0)
+
+
 def make_setup(kind: str, **kwargs) -> Setup:
     """Setup of one environment kind, with its action space."""
     check_env_keywords(kind, kwargs)
+    flow_action = kwargs.pop("action", "ceilings")
+    if kind != "flow_control" and flow_action != "ceilings":
+        raise ConfigError(f"action={flow_action!r} applies to llmsched/FlowControl-v0 only")
+    if flow_action not in FLOW_ACTIONS:
+        raise ConfigError(f"action={flow_action!r} is invalid; choose one of {', '.join(FLOW_ACTIONS)}")
     fixed = {"routing": "router", "flow_control": "flow_control", "admission": "admission"}.get(kind)
     if fixed in kwargs and kwargs[fixed] is not None:
         raise ConfigError(f"{fixed}= is the agent's decision in this environment; it cannot be set")
@@ -711,7 +766,9 @@ def make_setup(kind: str, **kwargs) -> Setup:
         setup.action_space = spaces.Discrete(setup.num_instances)
     elif kind == "flow_control":
         setup = build_setup(kind, INTERVAL_KEYS, **kwargs)
-        setup.action_space = spaces.Box(0.0, 1.0, (len(setup.band_priorities),), np.float32)
+        setup.flow_action = flow_action
+        n = 2 if flow_action == "soft-reflective" else len(setup.band_priorities)
+        setup.action_space = spaces.Box(0.0, 1.0, (n,), np.float32)
     elif kind == "admission":
         setup = build_setup(kind, INTERVAL_KEYS, **kwargs)
         if not setup.sheddable:

@@ -25,6 +25,14 @@ class FlowControlEnv(LLMSchedEnv):
     A band is blocked while ``saturation >= ceiling``: 0 always blocks, 1 blocks only
     at saturation >= 1. ``info["ceilings"]`` holds the ceilings applied.
 
+    With ``action="soft-reflective"``: ``Box(0, 1, (2,), float32)``, the parameters of
+    the soft-reflective ceiling's own duty cycle, which the engine runs every dispatch
+    cycle (band ``i >= 1`` gated from ``s >= 1 - ramp i s/(B-1)``, open one cycle in
+    ``round(period_scale s/(1-s))``; ``baselines/flow_control.py``): ``ramp = 2 a[0]``
+    and ``period_scale = 4 ** (2 a[1] - 1)``. The action (0.5, 0.5) is the published
+    soft-reflective ceiling exactly, so a policy can start there and learn an adjustment
+    of its ramp and period. ``info["soft_reflective"]`` holds (ramp, period_scale).
+
     ## Observation Space
 
     A ``Dict`` of float32 ``Box``es: the cluster as the gateway sees it, plus
@@ -57,11 +65,13 @@ class FlowControlEnv(LLMSchedEnv):
 <<ARGS>>
 
     FlowControl keywords: ``control_interval`` (s, default 0.1), ``router`` (routing
-    baseline, default ``"llm-d"``) and ``admission`` (default ``"always-admit"``).
+    baseline, default ``"llm-d"``), ``admission`` (default ``"always-admit"``) and
+    ``action`` (``"ceilings"``, default, or ``"soft-reflective"``; see Action Space).
 
     ## Version History
 
-    * v0: Initial version.
+    * v0: Initial version. ``action="soft-reflective"`` added later (opt-in; the default
+      action and every trajectory under it are unchanged).
     """
 
     kind = "flow_control"

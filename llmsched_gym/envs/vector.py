@@ -50,6 +50,7 @@ from .core import (
     make_setup,
     normalize_obs,
     raw_buffers,
+    soft_reflective_params,
 )
 
 #: Slot room per cluster for the next episodes' workloads (a larger one regrows the state).
@@ -79,10 +80,12 @@ class LLMSchedVectorEnv(VectorEnv):
         self.autoreset = True  # False: a single env's engine (a finished cluster waits for reset)
         self.last_final_info: list[dict | None] = [None] * n  # each cluster's last episode-end info
         self._batched_ok = self.setup.reward in ("ttft", "e2e")
+        self._observed = False  # whether a driver has an observer (see refresh_observers)
         B = len(self.setup.band_priorities)
         self._t = np.zeros(n)  # interval kinds: end of the current control interval
         self._arrival_rate = np.zeros((n, B))  # band_arrival_rate of the last interval
         self._ceilings = np.ones((n, B))  # FlowControl: the last action (cumulative minimum)
+        self._soft = np.ones((n, 2))  # FlowControl action="soft-reflective": (ramp, period scale)
         self._probs = np.zeros((n, B))  # Admission: rejection probability per band
         self._sheddable = np.array(self.setup.sheddable, np.int64)
         self._trk = np.zeros((batched.N_T, n))
@@ -148,6 +151,7 @@ class LLMSchedVectorEnv(VectorEnv):
                 self._rngs[i], _ = seeding.np_random(seeds[i])
             d.prepare(draw_workload_seed(self._rngs[i]) if wss[i] is None else check_workload_seed(wss[i]))
         self.batch = SimulatorBatch([d.sim for d in self.drivers], slack=SLOT_SLACK)
+        self.refresh_observers()
         self._trk[:] = 0.0
         self._steps[:] = 0
         for d in self.drivers:
@@ -162,7 +166,11 @@ class LLMSchedVectorEnv(VectorEnv):
     @property
     def _fast(self) -> bool:
         """Whether steps take the fully batched path (see the module docstring)."""
-        return self._batched_ok and all(d.observer is None for d in self.drivers)
+        return self._batched_ok and not self._observed
+
+    def refresh_observers(self) -> None:
+        """Take note of the drivers' observers (reset does; so does a BaselineAgent attaching one)."""
+        self._observed = any(d.observer is not None for d in self.drivers)
 
     def step(self, actions):
         if self._fast:
@@ -259,7 +267,10 @@ class LLMSchedVectorEnv(VectorEnv):
         """FlowControl: the ceilings (cumulative minimum); Admission: the rejection
         probabilities; either way the end of the next control interval."""
         st, s = self.batch.state, self.setup
-        if self.kind == "flow_control":
+        if self.kind == "flow_control" and s.flow_action == "soft-reflective":
+            self._soft[:, 0], self._soft[:, 1] = soft_reflective_params(actions.T)
+            batched.apply_flow_params(self._soft, st.num_bands, st.bq, st.clu_f)
+        elif self.kind == "flow_control":
             batched.apply_ceilings(actions, self._sim_bands, st.num_bands, st.bq, st.clu_f, self._ceilings,
                                    st.ceil_ext)
         else:
@@ -309,6 +320,7 @@ class LLMSchedVectorEnv(VectorEnv):
             self._t[i] = self.drivers[i].sim.now
             self._arrival_rate[i] = 0.0
             self._ceilings[i] = 1.0
+            self._soft[i] = 1.0
             self._probs[i] = 0.0
 
     def _check_batched_actions(self, actions) -> np.ndarray:
@@ -327,7 +339,7 @@ class LLMSchedVectorEnv(VectorEnv):
     def _check_box_actions(self, actions) -> np.ndarray:
         """Every cluster's action validated as the single env's ``validate_box`` does."""
         what = "FlowControl" if self.kind == "flow_control" else "Admission"
-        k = len(self.setup.band_priorities) if self.kind == "flow_control" else len(self.setup.sheddable)
+        k = self.setup.action_space.shape[0]
         a = np.asarray(actions, dtype=float)
         if a.shape != (self.num_envs, k):
             raise ValueError(f"{what}: actions must have shape ({self.num_envs}, {k}), got {a.shape}")
@@ -405,7 +417,10 @@ class LLMSchedVectorEnv(VectorEnv):
                 batched.action_masks(st.req_i, st.inst_i, st.clu_i, self._masks)
             info["action_mask"] = self._masks[i].copy()
         elif self.kind == "flow_control":
-            info["ceilings"] = self._ceilings[i].copy()
+            if self.setup.flow_action == "soft-reflective":
+                info["soft_reflective"] = self._soft[i].copy()
+            else:
+                info["ceilings"] = self._ceilings[i].copy()
         else:
             info["rejection_prob"] = self._probs[i, list(self.setup.sheddable)]
         return info
@@ -425,6 +440,37 @@ class LLMSchedVectorEnv(VectorEnv):
         self.drivers = []
 
     # ------------------------------------------------------------------ helpers
+    def _add_info(self, vector_infos: dict, env_info: dict, env_num: int) -> dict:
+        """VectorEnv._add_info, the same arrays and masks, built with less overhead per
+        key: an episode's final info holds every class's metrics, some hundred keys."""
+        n = self.num_envs
+        for key, value in env_info.items():
+            t = type(value)
+            if key == "final_obs":
+                array = vector_infos.get(key)
+                if array is None:
+                    array = np.full(n, None, dtype=object)
+                array[env_num] = value
+            elif t is dict or isinstance(value, dict):
+                array = self._add_info(vector_infos.get(key, {}), value, env_num)
+            else:
+                array = vector_infos.get(key)
+                if array is None:
+                    if t is int or t is float or t is bool or issubclass(t, np.number):
+                        array = np.zeros(n, dtype=t)
+                    elif t is np.ndarray or isinstance(value, np.ndarray):
+                        array = np.zeros((n, *value.shape), dtype=value.dtype)
+                    else:
+                        array = np.full(n, None, dtype=object)
+                array[env_num] = value
+            mkey = "_" + key
+            mask = vector_infos.get(mkey)
+            if mask is None:
+                mask = np.zeros(n, dtype=np.bool_)
+            mask[env_num] = True
+            vector_infos[key], vector_infos[mkey] = array, mask
+        return vector_infos
+
     def _check_actions(self, actions):
         n = self.num_envs
         a = np.asarray(actions)
@@ -450,7 +496,10 @@ class LLMSchedVectorEnv(VectorEnv):
             if self.kind == "routing":
                 vals["action_mask"] = self._masks.copy()
             elif self.kind == "flow_control":
-                vals["ceilings"] = self._ceilings.copy()
+                if self.setup.flow_action == "soft-reflective":
+                    vals["soft_reflective"] = self._soft.copy()
+                else:
+                    vals["ceilings"] = self._ceilings.copy()
             else:
                 vals["rejection_prob"] = self._probs[:, list(self.setup.sheddable)]
             mask = np.ones(self.num_envs, bool)

@@ -23,12 +23,36 @@ from ..engine.requests import EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, Reque
 from ..workloads.workload import class_name
 
 PERCENTILES = (50, 90, 99)
+_QUANTILES = np.true_divide(PERCENTILES, 100)
+
+
+def percentiles(x: np.ndarray) -> np.ndarray:
+    """``np.percentile(x, PERCENTILES)`` of a non-empty float array, bit for bit: numpy's
+    default (linear) method with its floating-point operations, on a sorted copy. Same
+    result, without numpy's ~0.1 ms of per-call overhead (an episode summary takes nine)."""
+    s = np.sort(x)
+    n = len(s)
+    if np.isnan(s[-1]):
+        return np.full(len(_QUANTILES), np.nan)
+    virtual = (n - 1) * _QUANTILES
+    prev = np.floor(virtual)
+    nxt = prev + 1
+    top = virtual >= n - 1
+    prev[top] = -1  # numpy takes the last value for both neighbours
+    nxt[top] = -1
+    gamma = virtual - prev
+    a, b = s[prev.astype(np.intp)], s[nxt.astype(np.intp)]
+    diff = b - a
+    out = a + diff * gamma
+    upper = gamma >= 0.5
+    out[upper] = (b - diff * (1 - gamma))[upper]
+    return out
 
 
 def _stats(prefix: str, x: np.ndarray) -> dict[str, float]:
     if len(x) == 0:
         return {f"{prefix}_mean": float("nan"), **{f"{prefix}_p{q}": float("nan") for q in PERCENTILES}}
-    ps = np.percentile(x, PERCENTILES)
+    ps = percentiles(x)
     return {f"{prefix}_mean": float(x.mean()), **{f"{prefix}_p{q}": float(v) for q, v in zip(PERCENTILES, ps)}}
 
 
@@ -54,6 +78,7 @@ def request_records(table: RequestTable, now: float | None = None) -> dict[str, 
         "arrival": table.arrival, "dispatch": table.dispatch_t, "first_token": table.first_token_t,
         "finish": table.finish_t, "priority": table.priority, "instance": table.instance,
         "input_tokens": table.input, "output_tokens": table.output, "prefix_hit_tokens": table.prefix_hit,
+        "cpu_hit_tokens": table.cpu_hit,
         "preemptions": table.preemptions, "outcome": table.outcome,
         "ttft": ttft, "tpot": tpot, "e2e": table.finish_t - table.arrival,
         "ttft_or_wait": np.where(censored, wait, ttft), "censored": censored,

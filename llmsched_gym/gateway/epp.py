@@ -685,6 +685,9 @@ def to_epp_config(spec, *, ttl_s: float | None = None, band_capacity: int | None
                               "control does the admitting (use admission always-admit, or no flow control)")
         fname, f = _full_params(flow, "usage-limit")
         if fname == "soft-reflective-ceiling":
+            if (f["ramp"], f["period_scale"]) != (1.0, 1.0):
+                raise ConfigError(f"flow control {flow!r}: llm-d's soft-reflective-ceiling-policy takes no "
+                                  "parameters; only ramp=1, period_scale=1 can be deployed")
             plugins.append({"type": "soft-reflective-ceiling-policy"})
         elif fname == "static-usage-limit":
             if not 0 < f["threshold"] <= 1:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import sys
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
@@ -670,17 +671,58 @@ class WorkloadSpec(_Spec):
 # ---------------------------------------------------------------------------- generation
 
 
-def _draw(spec: WorkloadSpec, seed: int, n_units: int) -> dict:
+@dataclass(frozen=True)
+class _Plan:
+    """What generation needs of a validated spec that does not depend on the seed."""
+
+    session_prob: float
+    zipf_p: np.ndarray | None
+    class_p: list
+    unit_curve: _Curve
+    n_units: int  # the first draw's unit count
+
+    @staticmethod
+    def of(spec: WorkloadSpec) -> _Plan:
+        pre = spec.prefix
+        curve = spec.arrival.curve()
+        return _Plan(
+            session_prob=pre.session_unit_prob(),
+            zipf_p=pre.zipf_p() if pre.system_prompt_groups else None,
+            class_p=[c.share for c in spec.classes],
+            unit_curve=_Curve(curve.rate / spec.requests_per_unit(), curve.t, curve.m, curve.period),
+            n_units=int(spec.expected_units() * 1.2) + 100,
+        )
+
+
+#: Plans of recently generated specs, by the spec's repr (its every field).
+_PLANS: dict[str, _Plan] = {}
+
+
+def _plan(spec: WorkloadSpec) -> _Plan:
+    """The validated plan of ``spec``: episodes of an env regenerate the same spec with
+    new seeds, and validating it and deriving its constants cost more than the draw."""
+    with np.printoptions(threshold=sys.maxsize):  # arrays in full: a summarized repr would collide
+        key = repr(spec)
+    plan = _PLANS.get(key)
+    if plan is None:
+        spec.validate()
+        if len(_PLANS) >= 256:
+            _PLANS.clear()
+        plan = _PLANS[key] = _Plan.of(spec)
+    return plan
+
+
+def _draw(spec: WorkloadSpec, plan: _Plan, seed: int, n_units: int) -> dict:
     """Units, their requests (in unit/turn order) and unit start times; see the module doc."""
     rng_units, rng_len, rng_arr = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
     pre = spec.prefix
     U = n_units
-    is_sess = rng_units.random(U) < pre.session_unit_prob()
+    is_sess = rng_units.random(U) < plan.session_prob
     turns = np.where(is_sess, pre.turns.sample(rng_units, U), 1)
     G = pre.system_prompt_groups
     grouped = (rng_units.random(U) < pre.system_prompt_share) & (G > 0)
-    group = np.where(grouped, rng_units.choice(max(G, 1), U, p=pre.zipf_p() if G else None), -1)
-    cls = rng_units.choice(len(spec.classes), U, p=[c.share for c in spec.classes])
+    group = np.where(grouped, rng_units.choice(max(G, 1), U, p=plan.zipf_p), -1)
+    cls = rng_units.choice(len(spec.classes), U, p=plan.class_p)
     sys_len = pre.system_prompt_tokens.sample(rng_units, G)
 
     R = int(turns.sum())
@@ -699,8 +741,7 @@ def _draw(spec: WorkloadSpec, seed: int, n_units: int) -> dict:
 
     # Warm-up as long as the longest session, so the in-window rate is stationary.
     warmup = float(offset.max())
-    curve = spec.arrival.curve()
-    unit_curve = _Curve(curve.rate / spec.requests_per_unit(), curve.t, curve.m, curve.period)
+    unit_curve = plan.unit_curve
     tau = unit_curve.integral(-warmup) + np.cumsum(spec.arrival.unit_gaps(rng_arr, U))
     start = unit_curve.inverse(tau)
     return dict(
@@ -747,11 +788,11 @@ def generate(spec: WorkloadSpec | dict, seed: int = 0) -> Workload:
     """
     if isinstance(spec, dict):
         spec = WorkloadSpec.from_dict(spec)
-    spec.validate()
+    plan = _plan(spec)  # validates
     # Draw enough units to cover the window; double until they do (deterministic).
-    n_units = int(spec.expected_units() * 1.2) + 100
+    n_units = plan.n_units
     while True:
-        d = _draw(spec, seed, n_units)
+        d = _draw(spec, plan, seed, n_units)
         arr = d["arrival"]
         if spec.duration_s is not None:
             if d["last_start"] >= spec.duration_s:
