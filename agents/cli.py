@@ -27,8 +27,17 @@ Examples:
   llmsched-gym train --scenario chatbot,agent --load 0.3:0.7:3 \\
       --eval-scenario coder --eval-rates 0.5,0.8 --timesteps 200000 --out runs/mix
 
-Output: OUT/model.zip, OUT/vecnormalize.pkl, OUT/agent.json, OUT/best/, OUT/eval/
-evaluations.npz (learning curve). Evaluate: llmsched-gym compare --policies 'jsq;agent:OUT'.
+  # residual policy: LMetric's logits + a learned correction that starts at zero
+  llmsched-gym train --scenario chatbot --load 0.5 --policy residual \\
+      --timesteps 60000 --out runs/residual
+  # FlowControl residual: the soft-reflective ceiling + a learned ramp/period adjustment
+  llmsched-gym train --env llmsched/FlowControl-v0 --scenario codegen --algo ppo \\
+      --policy residual --paper-qps 16 --timesteps 100000 --out runs/fc-residual
+
+Output: OUT/model.zip, OUT/vecnormalize.pkl, OUT/agent.json, OUT/best/ (best_model.zip
+with the statistics of its moment), OUT/checkpoints/ (each with its statistics),
+OUT/eval/evaluations.npz (learning curve). Evaluate: llmsched-gym compare --policies
+'jsq;agent:OUT' (or agent:OUT/best, agent:OUT/checkpoints/model_N_steps.zip).
 """
 
 

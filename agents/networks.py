@@ -13,6 +13,19 @@ derives a few features from it inside the network (``_features``): the un-logged
 outstanding prefill tokens, the request's uncached tokens on each instance, their sum
 and ``log(in_flight + 1)`` (the ingredients of LMetric's metric; the network learns
 how to combine them), and every feature centred on its mean over instances.
+
+Residual routing (``--policy residual``): :class:`ResidualLMetricScorer` starts *at*
+LMetric. Its logits are LMetric's ``-(log P_i + log(BS_i + 1))``, recovered exactly from
+the observation (:func:`lmetric_score`), times a learned gain, plus the scorer's learned
+correction initialised to zero, so the untrained deterministic policy routes exactly
+as ``lmetric-no-detector`` (the hotspot detector's sliding-window state is not in the
+observation).
+
+Residual flow control (``--policy residual`` on ``llmsched/FlowControl-v0``, which then
+uses ``action="soft-reflective"``): :class:`ResidualSoftReflectivePolicy` is a Gaussian
+PPO policy whose mean is ``0.5 + W h(obs)`` with ``W`` initialised to zero, so the
+untrained deterministic action is exactly ``(0.5, 0.5)``: ramp 1, period scale 1, the
+published soft-reflective ceiling, run by the engine's own duty cycle.
 """
 
 from __future__ import annotations
@@ -103,6 +116,71 @@ class InstanceScorer(BaseFeaturesExtractor):
         return th.cat([s, e], dim=-1)
 
 
+def lmetric_score(obs: dict) -> th.Tensor:
+    """LMetric's metric ``P_i (BS_i + 1)`` per instance, ``(N, I)`` float64, recovered
+    exactly from the environment's normalized Routing observation.
+
+    ``P_i = queued_prefill_tokens_i + max(0, input - hit_i)`` and ``BS_i = in_flight_i``
+    (docs/agents.md). The observation log-scales the integer counts as float32
+    (``prefill_tokens``: ``log2(1+x)/20``, ``in_flight``: ``log2(1+x)/10``, ``request[0]``:
+    the prompt tokens, ``prefix_hit``: hit tokens / prompt tokens); inverting the scale in
+    float64 and rounding to the nearest integer gives every integer below ``2**20``
+    back exactly (tests check the round trip), so the score is exact while an instance's
+    outstanding prefill, its in-flight count and the prompt stay below 1,048,576.
+    """
+    def unlog(x, bits):
+        return th.round(th.expm1(x.double() * (bits * LN2)))
+
+    inp = unlog(obs["request"][:, 0:1], 20.0)
+    hit = th.round(obs["prefix_hit"].double() * inp)
+    prefill = unlog(obs["prefill_tokens"], 20.0) + (inp - hit).clamp(min=0.0)
+    return prefill * (unlog(obs["in_flight"], 10.0) + 1.0)
+
+
+def lmetric_logits(obs: dict) -> th.Tensor:
+    """``-(log P_i + log(BS_i + 1))`` (float64): its argmax (first index on ties) is
+    LMetric's choice (argmin of the metric, lowest index on ties). A metric of 0 (nothing
+    to prefill anywhere) counts as 0.5: still the best, still finite; metrics are
+    integers, so the order is unchanged."""
+    return -th.log(lmetric_score(obs).clamp(min=0.5))
+
+
+class ResidualLMetricScorer(InstanceScorer):
+    """The per-instance scorer as a *residual* on LMetric: logits =
+    ``base_gain * lmetric_logits(obs) + correction``, where the correction is the
+    :class:`InstanceScorer`'s MLP + linear score, both output layers initialised to zero.
+
+    At initialisation the correction is exactly 0, so the deterministic policy (the
+    argmax, taken in float64 by :meth:`decision_scores`) routes exactly as LMetric
+    without its hotspot detector; ``base_gain`` (> 0, learned as a log) sets how sharply
+    the stochastic policy follows LMetric during exploration (with 1.0 it is the plain
+    softmax of ``-(log P_i + log(BS_i + 1))``).
+    """
+
+    def __init__(self, observation_space: gym.spaces.Dict, hidden: int = 64, critic_hidden: int = 64,
+                 linear_gain: float = 30.0, base_gain: float = 1.0, learn_base_gain: bool = True):
+        super().__init__(observation_space, hidden=hidden, critic_hidden=critic_hidden, linear_gain=linear_gain)
+        if not base_gain > 0:
+            raise ValueError(f"base_gain={base_gain!r} is invalid; it must be > 0")
+        nn.init.zeros_(self.score_head.weight)
+        nn.init.zeros_(self.score_head.bias)
+        self.log_base_gain = nn.Parameter(th.tensor(float(np.log(base_gain))), requires_grad=bool(learn_base_gain))
+
+    def correction(self, obs: dict) -> tuple[th.Tensor, th.Tensor]:
+        """The learned correction ``(N, I)`` and the critic embedding."""
+        return super().scores_and_embedding(obs)
+
+    def decision_scores(self, obs: dict) -> th.Tensor:
+        """Float64 logits for the deterministic choice (argmax, first index on ties)."""
+        corr, _ = self.correction(obs)
+        return self.log_base_gain.double().exp() * lmetric_logits(obs) + corr.double()
+
+    def scores_and_embedding(self, obs: dict) -> tuple[th.Tensor, th.Tensor]:
+        corr, emb = self.correction(obs)
+        base = lmetric_logits(obs).to(corr.dtype)
+        return self.log_base_gain.exp() * base + corr, emb
+
+
 class _Slice(nn.Module):
     def __init__(self, start: int, stop: int | None = None):
         super().__init__()
@@ -149,12 +227,47 @@ class ScorerPolicy(_ScorerMixin, ActorCriticPolicy):
         super().__init__(*args, **_scorer_kwargs(kwargs))
 
 
+class _ResidualMixin:
+    """Deterministic actions from the float64 residual logits (exactly LMetric's choice at
+    initialisation; float32 probabilities could merge near-ties)."""
+
+    def _predict(self, observation, deterministic: bool = False, action_masks=None):
+        if not deterministic:
+            if action_masks is None:
+                return super()._predict(observation, deterministic=False)
+            return super()._predict(observation, deterministic=False, action_masks=action_masks)
+        logits = self.features_extractor.decision_scores(observation)
+        if action_masks is not None:
+            m = th.as_tensor(np.asarray(action_masks), dtype=th.bool, device=logits.device).reshape(logits.shape)
+            logits = th.where(m, logits, th.full_like(logits, -th.inf))
+        return th.argmax(logits, dim=1)
+
+
+def _residual_kwargs(kwargs: dict) -> dict:
+    kwargs.setdefault("features_extractor_class", ResidualLMetricScorer)
+    return _scorer_kwargs(kwargs)
+
+
+class ResidualScorerPolicy(_ResidualMixin, _ScorerMixin, ActorCriticPolicy):
+    """PPO policy: LMetric's logits plus a learned per-instance correction (zero at init)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **_residual_kwargs(kwargs))
+
+
 if MaskableActorCriticPolicy is not None:
     class MaskableScorerPolicy(_ScorerMixin, MaskableActorCriticPolicy):
         """MaskablePPO policy: masked softmax over per-instance scores."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **_scorer_kwargs(kwargs))
+
+    class MaskableResidualScorerPolicy(_ResidualMixin, _ScorerMixin, MaskableActorCriticPolicy):
+        """MaskablePPO policy: masked softmax over LMetric's logits plus a learned
+        per-instance correction (zero at init: the deterministic policy is LMetric)."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **_residual_kwargs(kwargs))
 
 
 class BiasedMlpPolicy(MultiInputActorCriticPolicy):
@@ -170,3 +283,31 @@ class BiasedMlpPolicy(MultiInputActorCriticPolicy):
         super()._build(lr_schedule)
         with th.no_grad():
             self.action_net.bias.fill_(self.action_bias)
+
+
+class ResidualSoftReflectivePolicy(BiasedMlpPolicy):
+    """PPO policy for FlowControl-v0 with ``action="soft-reflective"``: a learned
+    adjustment of the soft-reflective ceiling's ramp and period.
+
+    The action ``a`` in ``[0, 1]^2`` sets the engine's own soft-reflective ceiling each
+    control interval (``llmsched_gym.envs.core.soft_reflective_params``: ramp ``2 a[0]``,
+    period scale ``4 ** (2 a[1] - 1)``). The Gaussian's mean is ``action_bias + W h(obs)``,
+    ``h`` the usual MLP latent; ``W`` (the final layer, ``action_net``) starts at zero and
+    its bias at 0.5, so at initialisation the mean is exactly 0.5 (float32: 0 * finite
+    = 0, 0.5 is representable) whatever the observation, and the deterministic policy *is*
+    ``soft-reflective-ceiling`` (ramp 1, period scale 1). The correction is learned from
+    the observation through ``W`` (its gradient is ``h``, non-zero) and the MLP behind it.
+
+    Exploration: ``log_std_init`` (set by ``--policy residual``, docs/agents.md) -2.0,
+    std 0.135 in action units: about +-0.27 in ramp and a factor 4 ** 0.27 = 1.45 in
+    period scale per standard deviation, so sampled actions stay near the baseline and
+    rarely reach the action bounds (0.5 is 3.7 std from either).
+    """
+
+    def __init__(self, *args, action_bias: float = 0.5, **kwargs):
+        super().__init__(*args, action_bias=action_bias, **kwargs)
+
+    def _build(self, lr_schedule) -> None:
+        super()._build(lr_schedule)  # action_net.bias = action_bias
+        with th.no_grad():
+            self.action_net.weight.zero_()

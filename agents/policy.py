@@ -1,14 +1,18 @@
 """Trained agents as gateway policies: ``make_policy("agent:PATH")``.
 
 ``PATH`` is a training output directory (``model.zip``, ``vecnormalize.pkl``,
-``agent.json``; see :mod:`agents.train`) or its ``model.zip``. The model acts through
+``agent.json``; see :mod:`agents.train`), its ``best/`` directory, or any model zip
+(``model.zip``, ``best/best_model.zip``, a checkpoint ``checkpoints/model_N_steps.zip``),
+each with the VecNormalize statistics saved with it (:func:`agent_files`). The model acts through
 the same policy interface as every baseline, so ``llmsched-gym compare --policies
 'jsq;lmetric;agent:PATH'`` evaluates it with the harness, on the same paired seeds:
 
 * a Routing model (``llmsched/Routing-v0``) becomes a :class:`AgentRouter`
   (``RoutingPolicy``), usable as ``agent:PATH`` or ``router=agent:PATH``;
-* a FlowControl model becomes a :class:`AgentUsageLimit` (``UsageLimitPolicy``); the
-  registry lists ``agent`` as a routing policy, so name the role:
+* a FlowControl model becomes a :class:`AgentUsageLimit` (``UsageLimitPolicy``), or,
+  trained with ``action="soft-reflective"`` (``--policy residual``), a
+  :class:`AgentSoftReflective` (the soft-reflective ceiling with the model's ramp and
+  period scale); the registry lists ``agent`` as a routing policy, so name the role:
   ``fc=agent:PATH`` (or ``flow_control=agent:PATH``).
 
 Observation: the policy builds *exactly* the environment's observation by running the
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -38,47 +43,88 @@ _CACHE: dict = {}
 
 
 # ====================================================================== loading
+_CHECKPOINT = re.compile(r"^(?P<prefix>.*)_(?P<steps>\d+)_steps\.zip$")
+
+
+def agent_files(path: "str | Path") -> tuple[Path, "Path | None", Path]:
+    """``(model zip, VecNormalize statistics or None, agent.json)`` of an ``agent:PATH``.
+
+    ``PATH`` may be
+
+    * a training output directory (``model.zip``, ``vecnormalize.pkl``, ``agent.json``);
+    * its ``best/`` directory (``best_model.zip`` and ``vecnormalize.pkl``, the statistics
+      saved with that model);
+    * any model zip: ``OUT/model.zip``, ``OUT/best/best_model.zip`` or a checkpoint
+      ``OUT/checkpoints/model_N_steps.zip`` (statistics ``model_vecnormalize_N_steps.pkl``
+      beside it).
+
+    ``agent.json`` is looked up next to the model, then in the directory above. The
+    statistics are None when none is saved beside the model; whether that is an error
+    depends on the run's ``normalize`` settings (:class:`LoadedAgent`).
+    """
+    p = Path(path)
+    if p.is_dir():
+        cands = [p / "model.zip", p / "best_model.zip"]
+        model_file = next((c for c in cands if c.is_file()), None)
+        if model_file is None:
+            ckpts = sorted((c for c in p.glob("checkpoints/*_steps.zip") if _CHECKPOINT.match(c.name)),
+                           key=lambda c: int(_CHECKPOINT.match(c.name)["steps"]))
+            hint = (f"; it has checkpoints (e.g. agent:{ckpts[-1]}) but no final model: the run did not finish"
+                    if ckpts else "")
+            raise ConfigError(f"agent:{path}: no model file in this directory (model.zip or best_model.zip){hint}")
+    else:
+        if not p.exists():
+            raise ConfigError(f"agent:{path}: no model file or directory there (expected a training output "
+                              f"directory, its best/ directory or a model .zip)")
+        if p.suffix != ".zip":
+            raise ConfigError(f"agent:{path}: not a model; give a training output directory, OUT/best or a "
+                              f"model .zip (model.zip, best_model.zip, checkpoints/model_N_steps.zip)")
+        model_file = p
+    d = model_file.parent
+    vn_file = _expected_stats(model_file)
+    meta_file = d / "agent.json"
+    if not meta_file.is_file():
+        meta_file = d.parent / "agent.json"  # best/ and checkpoints/
+    if not meta_file.is_file():
+        raise ConfigError(f"agent:{path}: no agent.json next to the model or in the directory above "
+                          f"(written by llmsched-gym train)")
+    return model_file, (vn_file if vn_file.is_file() else None), meta_file
+
+
 class LoadedAgent:
-    """A saved model, its VecNormalize statistics and its training metadata."""
+    """A saved model, its VecNormalize statistics and its training metadata (see
+    :func:`agent_files` for what ``path`` may be)."""
 
     def __init__(self, path: "str | Path"):
         import torch
 
         from agents.train import _algo_class
 
-        p = Path(path)
-        if p.is_dir():
-            model_file = p / "model.zip"
-            d = p
-        else:
-            model_file = p
-            d = p.parent
-        if not model_file.is_file():
-            raise ConfigError(f"agent:{path}: no model file {model_file}")
-        meta_file = d / "agent.json"
-        if not meta_file.is_file() and (d.parent / "agent.json").is_file():  # best/best_model.zip
-            meta_file = d.parent / "agent.json"
-        if not meta_file.is_file():
-            raise ConfigError(f"agent:{path}: no agent.json next to the model (written by llmsched-gym train)")
+        model_file, vn_file, meta_file = agent_files(path)
+        self.model_file, self.vecnormalize_file = model_file, vn_file
         self.meta = json.loads(meta_file.read_text())
         self.env_id = self.meta["env_id"]
         self.kind = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
                      "llmsched/Admission-v0": "admission"}[self.env_id]
+        norm_obs = bool((self.meta.get("normalize") or {}).get("norm_obs", True))
+        if vn_file is None and norm_obs:
+            raise ConfigError(f"agent:{path}: the model was trained on normalized observations but its "
+                              f"VecNormalize statistics are missing (expected "
+                              f"{_expected_stats(model_file)})")
         if torch.get_num_threads() > 1:
             torch.set_num_threads(1)  # tiny networks: one thread is fastest (and workers share cores)
         import agents.networks  # noqa: F401  (custom policy classes referenced by the saved model)
 
         self.model = _algo_class(self.meta["algo"]).load(str(model_file), device="cpu")
         self.vecnorm = None
-        vn_file = model_file.parent / "vecnormalize.pkl"
-        if not vn_file.is_file():
-            vn_file = d / "vecnormalize.pkl"
-        if vn_file.is_file():
+        if vn_file is not None:
             with open(vn_file, "rb") as f:
                 self.vecnorm = pickle.load(f)
             self.vecnorm.training = False
         self.obs_exclude = tuple(((self.meta.get("env_kwargs") or {}).get("observation") or {}).get("exclude", ()))
         self.control_interval = float((self.meta.get("env_kwargs") or {}).get("control_interval", 0.1))
+        #: FlowControl: what the action sets ("ceilings" or "soft-reflective", the env's ``action``)
+        self.flow_action = str((self.meta.get("env_kwargs") or {}).get("action", "ceilings"))
 
     def normalize(self, obs: dict) -> dict:
         if self.vecnorm is not None and self.vecnorm.norm_obs:
@@ -86,16 +132,21 @@ class LoadedAgent:
         return obs
 
 
+def _expected_stats(model_file: Path) -> Path:
+    m = _CHECKPOINT.match(model_file.name)
+    name = f"{m['prefix']}_vecnormalize_{m['steps']}_steps.pkl" if m else "vecnormalize.pkl"
+    return model_file.parent / name
+
+
 def load_agent(path: "str | Path") -> LoadedAgent:
     """Load (and cache per process) the agent saved at ``path``."""
     from llmsched_gym.validation import require_extra
 
     require_extra(f"agent:{path}")  # torch and stable-baselines3: the [rl] extra
-    p = Path(path).resolve()
-    f = p / "model.zip" if p.is_dir() else p
-    key = (str(p), f.stat().st_mtime if f.exists() else None)
+    model_file, vn_file, _ = agent_files(Path(path).resolve())
+    key = (str(model_file), model_file.stat().st_mtime, vn_file and (str(vn_file), vn_file.stat().st_mtime))
     if key not in _CACHE:
-        _CACHE[key] = LoadedAgent(p)
+        _CACHE[key] = LoadedAgent(path)
     return _CACHE[key]
 
 
@@ -175,7 +226,9 @@ class AgentRouter(RoutingPolicy):
         self.path = path
         self._builder = None
         pol = self.agent.model.policy
-        self._scorer = getattr(pol.features_extractor, "scores", None)
+        ext = pol.features_extractor
+        # float64 logits where the policy has them (the residual LMetric scorer: exact ties)
+        self._scorer = getattr(ext, "decision_scores", None) or getattr(ext, "scores", None)
 
     def reset(self, num_instances: int, rng) -> None:
         self._builder = None
@@ -256,7 +309,84 @@ class AgentUsageLimit(UsageLimitPolicy):
         return self._values
 
 
-def agent(path: str = "") -> "AgentRouter | AgentUsageLimit":
+class AgentSoftReflective(UsageLimitPolicy):
+    """A FlowControl-v0 model trained with ``action="soft-reflective"`` (``--policy
+    residual``) as a usage-limit policy: the soft-reflective ceiling whose ramp and period
+    scale the model sets.
+
+    An internal :class:`baselines.flow_control.SoftReflectiveCeiling` runs every dispatch
+    cycle (its ``ceilings`` and ``stationary``: the same duty-cycle mechanism, one tick
+    counter kept across parameter changes, as in the environment's engine). Once per
+    control interval - at the first dispatch cycle at or after each interval boundary,
+    like :class:`AgentUsageLimit` - the model's deterministic action is computed from the
+    environment's observation and mapped to ``(ramp, period_scale)`` with the
+    environment's own :func:`llmsched_gym.envs.core.soft_reflective_params`. The
+    parameters apply from that cycle on. An untrained ``--policy residual`` model acts
+    (0.5, 0.5), i.e. ramp 1 and period scale 1, and this policy then decides exactly as
+    ``soft-reflective-ceiling`` (tests/test_agents_residual_fc.py).
+    """
+
+    name = "agent"
+    description = "a trained FlowControl agent (soft-reflective action): fc=agent:PATH"
+
+    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+        self.agent = agent or load_agent(path)
+        if self.agent.kind != "flow_control" or self.agent.flow_action != "soft-reflective":
+            raise ConfigError(f"agent:{path} is not a FlowControl model with action='soft-reflective'")
+        self.path = path
+        self.history: list = []  # (time, ramp, period_scale) of every decision (diagnostics)
+        self.reset(0, None)
+
+    def reset(self, num_instances: int, rng) -> None:
+        from baselines.flow_control import SoftReflectiveCeiling
+
+        self._builder = None
+        self._next_t = -np.inf
+        self._view = None
+        self.inner = SoftReflectiveCeiling()
+        self.history = []
+
+    def bind(self, view) -> None:
+        self._view = view
+
+    def action(self, view, band_arrival_rate) -> np.ndarray:
+        """The model's deterministic action (2,) for this view (float32, in [0, 1])."""
+        b = self._builder
+        if b is None or b.key != (int(view.num_instances), tuple(view.band_priorities)):
+            b = self._builder = ObservationBuilder("flow_control", view, self.agent.obs_exclude)
+        obs = self.agent.normalize(b.build(view, band_arrival_rate=band_arrival_rate))
+        action, _ = self.agent.model.predict(obs, deterministic=True)
+        return np.asarray(action).reshape(-1)
+
+    def _update(self) -> None:
+        from llmsched_gym.envs.core import soft_reflective_params
+
+        view = self._view
+        if view is None:
+            raise ConfigError("agent usage-limit policy: not bound to a simulator's view (Policy.bind)")
+        t = view.now
+        if t >= self._next_t:
+            ci = self.agent.control_interval
+            a = self.action(view, view.arrivals_since(t - ci) / ci)
+            # as the environment: validate_box clips to [0, 1] in float64, then the mapping
+            a = np.minimum(np.maximum(a.astype(float), 0.0), 1.0)
+            self.inner.ramp, self.inner.period_scale = soft_reflective_params(a)
+            self.history.append((float(t), self.inner.ramp, self.inner.period_scale))
+            self._next_t = (np.floor(t / ci + 1e-9) + 1) * ci
+
+    def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
+        self._update()
+        return self.inner.ceilings(saturation, num_bands)
+
+    def stationary(self, saturation: float) -> bool:
+        # The inner ceiling's own answer (called after ``ceilings`` at the same saturation):
+        # the gateway then schedules its cycles exactly as for the compiled baseline. It only
+        # sleeps while blocked *and* stationary, i.e. at saturation >= 1, where every band is
+        # shut whatever the parameters, so a parameter change owed meanwhile changes nothing.
+        return self.inner.stationary(saturation)
+
+
+def agent(path: str = "") -> "AgentRouter | AgentUsageLimit | AgentSoftReflective":
     """``agent:PATH``: a trained model, as the policy of its environment's role."""
     if not path:
         raise ConfigError("agent needs a model path: agent:PATH (a llmsched-gym train output directory)")
@@ -264,7 +394,7 @@ def agent(path: str = "") -> "AgentRouter | AgentUsageLimit":
     if a.kind == "routing":
         return AgentRouter(path, a)
     if a.kind == "flow_control":
-        return AgentUsageLimit(path, a)
+        return AgentSoftReflective(path, a) if a.flow_action == "soft-reflective" else AgentUsageLimit(path, a)
     raise ConfigError(f"agent:{path}: {a.env_id} models are not usable as gateway policies yet")
 
 

@@ -19,7 +19,10 @@ What happens, top to bottom (:func:`train`):
 4. Callbacks: ``EvalCallback`` (``MaskableEvalCallback`` for MaskablePPO) on *held-out
    workload seeds* (``EVAL_SEED_BASE + k``; training draws its workload seeds from a
    31-bit generator seeded by ``--seed``), writing ``eval/evaluations.npz`` (the learning
-   curve) and ``best/best_model.zip``; ``CheckpointCallback`` (``checkpoints/``);
+   curve) and ``best/best_model.zip`` with ``best/vecnormalize.pkl``, the statistics of
+   the moment that model was saved (:class:`agents.vec.SaveBestStats`);
+   ``CheckpointCallback`` (``checkpoints/model_N_steps.zip`` with
+   ``model_vecnormalize_N_steps.pkl``);
    TensorBoard logs in ``tb/``.
 5. Output directory: ``model.zip``, ``vecnormalize.pkl``, ``agent.json`` (environment,
    scenario, rates, hyperparameters, seed, wall time, the command): everything
@@ -101,6 +104,64 @@ def rounded_timesteps(algo: str, timesteps: int, n_envs: int, hp: dict) -> tuple
     total = -(-int(timesteps) // unit) * unit
     note = f"--timesteps {timesteps:,} rounded up to {total:,}: whole {what}" if total != timesteps else ""
     return total, note
+
+
+#: ``--policy``: policy classes that start at the strongest baseline (residual learning).
+POLICY_VARIANTS = {
+    ("llmsched/Routing-v0", "maskable-ppo", "residual"): "agents.networks:MaskableResidualScorerPolicy",
+    ("llmsched/Routing-v0", "ppo", "residual"): "agents.networks:ResidualScorerPolicy",
+    ("llmsched/FlowControl-v0", "ppo", "residual"): "agents.networks:ResidualSoftReflectivePolicy",
+}
+#: further hyperparameters of a variant (``--set`` still overrides them). Routing: the
+#: base gain 10 makes the *stochastic* policy follow LMetric closely while exploring
+#: (sampling from the plain softmax of LMetric's logits, gain 1, is ~40% worse on chatbot
+#: TTFT; gain 10 ~4%); the deterministic policy is LMetric at any gain. FlowControl: the
+#: Gaussian's mean starts at 0.5 (the soft-reflective ceiling's own ramp and period);
+#: log-std -2 (std 0.135: ramp +-0.27, period scale times or divided by 1.45 per standard
+#: deviation).
+POLICY_VARIANT_HYPERPARAMS = {
+    ("llmsched/Routing-v0", "residual"): {
+        "policy_kwargs": "dict(features_extractor_kwargs=dict(hidden=64, critic_hidden=64, base_gain=10.0))"},
+    ("llmsched/FlowControl-v0", "residual"): {
+        "policy_kwargs": "dict(net_arch=[64, 64], log_std_init=-2.0, action_bias=0.5)"},
+}
+#: environment keywords a variant needs (merged into the YAML's ``env_kwargs``; a
+#: conflicting value is an error). FlowControl residual: the action sets the engine's
+#: soft-reflective ceiling's (ramp, period scale) instead of fixed ceilings.
+POLICY_VARIANT_ENV_KWARGS = {
+    ("llmsched/FlowControl-v0", "residual"): {"action": "soft-reflective"},
+}
+
+
+def policy_variant_hyperparams(env_id: str, algo: str, variant: str) -> dict:
+    """The hyperparameter changes of ``--policy VARIANT`` (``default``: none)."""
+    from llmsched_gym.errors import ConfigError
+
+    if variant in ("default", ""):
+        return {}
+    cls = POLICY_VARIANTS.get((env_id, algo, variant))
+    if cls is None:
+        have = sorted({v for (e, a, v) in POLICY_VARIANTS if e == env_id and a == algo})
+        algos = sorted({a for (e, a, v) in POLICY_VARIANTS if e == env_id and v == variant})
+        hint = f" (it exists for {', '.join(algos)})" if algos else ""
+        raise ConfigError(f"--policy {variant!r} is not available for {env_id} with {algo}{hint}; "
+                          f"choose default{''.join(', ' + h for h in have)}")
+    return {"policy": cls, **POLICY_VARIANT_HYPERPARAMS.get((env_id, variant), {})}
+
+
+def policy_variant_env_kwargs(env_id: str, variant: "str | None", env_kwargs: dict) -> dict:
+    """``env_kwargs`` with the keywords ``--policy VARIANT`` needs (one clear error when
+    ``env_kwargs`` sets one of them differently)."""
+    from llmsched_gym.errors import ConfigError
+
+    need = POLICY_VARIANT_ENV_KWARGS.get((env_id, variant or "default"), {})
+    out = dict(env_kwargs)
+    for k, v in need.items():
+        if k in out and out[k] != v:
+            raise ConfigError(f"--policy {variant} on {env_id} needs env_kwargs {k}={v!r}, "
+                              f"but the hyperparameters set {k}={out[k]!r}")
+        out[k] = v
+    return out
 
 
 # ====================================================================== curriculum
@@ -210,7 +271,7 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
           duration_s: float | None = None, n_envs: int | None = None, hyperparams: "str | None" = None,
           overrides: dict | None = None, eval_freq: int | None = None, eval_episodes: int | None = None,
           checkpoint_freq: int | None = None, progress: bool = True, verbose: int = 0, command: str | None = None,
-          torch_threads: int | None = 1) -> dict:
+          torch_threads: int | None = 1, policy_variant: str | None = None) -> dict:
     """Train one agent; returns the run's metadata (also written to ``out/agent.json``)."""
     import torch
     from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
@@ -227,13 +288,15 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     if algo == "sac" and env_id == "llmsched/Routing-v0":
         raise ConfigError("sac needs a continuous action space: use ppo or maskable-ppo with llmsched/Routing-v0")
     hp = load_hyperparams(env_id, algo, hyperparams)
+    if policy_variant:
+        hp.update(policy_variant_hyperparams(env_id, algo, policy_variant))
     hp.update(overrides or {})
     check_hyperparams(algo, hp, overrides)
     from llmsched_gym.validation import check_output_dir
 
     out = check_output_dir("out", out)  # before training: a bad path must not cost the run
 
-    env_kwargs = dict(hp.pop("env_kwargs", {}) or {})
+    env_kwargs = policy_variant_env_kwargs(env_id, policy_variant, dict(hp.pop("env_kwargs", {}) or {}))
     if instances is not None:
         env_kwargs["instances"] = int(instances)
     if duration_s is not None:
@@ -266,7 +329,7 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     if e_dur is not None:
         ekw["duration_s"] = float(e_dur)
     n_eval_envs = max(len(epoints), min(e_eps, 8))
-    from agents.vec import fixed_seed_venv
+    from agents.vec import SaveBestStats, fixed_seed_venv
 
     eval_venv = VecMonitor(fixed_seed_venv(make_venv(env_id, epoints, n_eval_envs, ekw, seed + 10_000),
                                             EVAL_SEED_BASE))
@@ -284,21 +347,13 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     per_env = max(1, e_freq // n)  # callbacks count calls (one per vector step)
     eval_cb = EvalCB(eval_venv, n_eval_episodes=max(e_eps, n_eval_envs), eval_freq=per_env,
                      log_path=str(out / "eval"), best_model_save_path=str(out / "best"), deterministic=True,
-                     verbose=verbose)
+                     verbose=verbose, callback_on_new_best=SaveBestStats(out / "best"))
     ckpt = CheckpointCallback(save_freq=max(1, c_freq // n), save_path=str(out / "checkpoints"),
                               name_prefix="model", save_vecnormalize=True)
     # learn() runs whole rollouts: ask for what it will run, so the progress bar's total is right.
     steps, note = rounded_timesteps(algo, int(timesteps), n, hp)
     if note and verbose >= 0:
         print(note)
-    t0 = time.time()
-    model.learn(total_timesteps=steps, callback=CallbackList([eval_cb, ckpt]), progress_bar=progress,
-                tb_log_name=f"{algo}_s{seed}")
-    wall = time.time() - t0
-    model.save(out / "model.zip")
-    venv.save(str(out / "vecnormalize.pkl"))
-    if (out / "best" / "best_model.zip").exists():
-        venv.save(str(out / "best" / "vecnormalize.pkl"))
     meta = {
         "env_id": env_id, "algo": algo, "seed": seed, "timesteps": steps, "timesteps_requested": int(timesteps),
         "n_envs": n,
@@ -308,10 +363,21 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
         "env_kwargs": env_kwargs, "normalize": normalize, "hyperparams": {k: v for k, v in hp.items()},
         "policy": policy if isinstance(policy, str) else f"{policy.__module__}:{policy.__qualname__}",
         "policy_kwargs": {k: repr(v) for k, v in policy_kwargs.items()},
-        "wall_seconds": round(wall, 1), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "command": command or " ".join(sys.argv),
-        "best_mean_reward": float(eval_cb.best_mean_reward) if np.isfinite(eval_cb.best_mean_reward) else None,
+        "wall_seconds": None, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "command": command or " ".join(sys.argv), "complete": False, "policy_variant": policy_variant or "default",
     }
+    # Written before training too, so the checkpoints of an interrupted run load (agent:OUT/checkpoints/...).
+    (out / "agent.json").write_text(json.dumps(meta, indent=1, default=str))
+    t0 = time.time()
+    model.learn(total_timesteps=steps, callback=CallbackList([eval_cb, ckpt]), progress_bar=progress,
+                tb_log_name=f"{algo}_s{seed}")
+    wall = time.time() - t0
+    model.save(out / "model.zip")
+    venv.save(str(out / "vecnormalize.pkl"))
+    # best/vecnormalize.pkl was written by SaveBestStats when best_model.zip was (the statistics the
+    # held-out evaluation of that model used), not here: the final statistics belong to the final model.
+    meta.update(wall_seconds=round(wall, 1), complete=True,
+                best_mean_reward=float(eval_cb.best_mean_reward) if np.isfinite(eval_cb.best_mean_reward) else None)
     (out / "agent.json").write_text(json.dumps(meta, indent=1, default=str))
     venv.close()
     eval_venv.close()
@@ -325,7 +391,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scenario(s), comma-separated for a training mixture (default: chatbot for Routing, "
                         "codegen otherwise)")
     p.add_argument("--algo", default=None, choices=ALGOS,
-                   help="algorithm (default: maskable-ppo for Routing, sac otherwise)")
+                   help="algorithm (default: maskable-ppo for Routing, sac otherwise; ppo with --policy residual)")
+    p.add_argument("--policy", default=None, choices=("default", "residual"),
+                   help="policy class: default (the YAML's) or residual (Routing: LMetric's logits plus a learned "
+                        "correction that starts at zero, so training starts at LMetric; FlowControl with ppo: "
+                        "action=\"soft-reflective\", a learned adjustment of the soft-reflective ceiling's ramp "
+                        "and period that starts at the published ceiling)")
     p.add_argument("--timesteps", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output directory (default runs/<env>-<scenario>-<algo>-s<seed>)")
@@ -394,7 +465,8 @@ def check_args(args) -> None:
 def run_from_args(args) -> dict:
     check_args(args)
     env_id = args.env
-    algo = args.algo or ("maskable-ppo" if env_id == "llmsched/Routing-v0" else "sac")
+    algo = args.algo or ("maskable-ppo" if env_id == "llmsched/Routing-v0"
+                         else "ppo" if args.policy == "residual" else "sac")
     scen = args.scenario or ("chatbot" if env_id == "llmsched/Routing-v0" else "codegen")
     scenarios = [s.strip() for s in scen.split(",") if s.strip()]
     kind, text = next(((k, getattr(args, k)) for k in ("qps", "load", "paper_qps") if getattr(args, k)), (None, None))
@@ -410,6 +482,7 @@ def run_from_args(args) -> dict:
                  instances=args.instances, duration_s=args.duration, n_envs=args.n_envs,
                  hyperparams=args.hyperparams, overrides=_set_overrides(args.set), eval_freq=args.eval_freq,
                  eval_episodes=args.eval_episodes, progress=not args.no_progress, verbose=args.verbose,
+                 policy_variant=args.policy,
                  command=("llmsched-gym train " + " ".join(sys.argv[2:])) if sys.argv[1:2] == ["train"]
                  else "python -m agents.train " + " ".join(sys.argv[1:]))
     print(f"trained {algo} on {env_id} ({', '.join(scenarios)}) in {meta['wall_seconds']:.0f} s -> {out}/model.zip "

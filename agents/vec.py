@@ -1,8 +1,12 @@
-"""SB3 VecEnv helpers for training: a mixture of vector envs, fixed held-out workloads."""
+"""SB3 helpers for training: a mixture of vector envs, fixed held-out workloads, the
+best model's normalization statistics."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
 
 
@@ -106,3 +110,22 @@ def fixed_seed_venv(venv, first_seed: int):
             return self.venv.action_masks()
 
     return _Fixed(venv)
+
+
+class SaveBestStats(BaseCallback):
+    """``callback_on_new_best`` of the EvalCallback: saves the training env's VecNormalize
+    statistics at the moment a new best model is saved (``best/vecnormalize.pkl`` next to
+    ``best/best_model.zip``). They are the statistics that model's held-out evaluation
+    used (the EvalCallback copies them to the evaluation env before evaluating) and that
+    it was trained with; the final ones belong to the final model."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = Path(path)
+
+    def _on_step(self) -> bool:
+        vn = self.model.get_vec_normalize_env()
+        if vn is not None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            vn.save(str(self.path / "vecnormalize.pkl"))
+        return True

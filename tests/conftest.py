@@ -28,3 +28,19 @@ def assert_accounting(sim) -> None:
     assert set(counts) == set(OUTCOME_NAMES.values())
     not_arrived = sim.table.n - arrived
     assert counts["in_flight"] >= not_arrived
+
+
+#: PPO settings small enough for a test to train a few updates in seconds.
+TINY_PPO = dict(n_steps=64, batch_size=64, n_epochs=2)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test (tiny networks: many threads on shared cores are
+    ~10x slower); torch is imported only by the tests that ask for it."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

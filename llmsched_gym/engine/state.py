@@ -122,7 +122,6 @@ from .layout import (
 from .steptime import N_PARAMS, lower
 from .units import prefix_classes, prefix_units, router_block_keys
 
-
 #: A prefix-cache table is indexed by key directly when that takes at most this many times
 #: the slots of a hashed one (see _table_size).
 DIRECT_MAX_RATIO = 8

@@ -12,6 +12,22 @@ same intervals on every machine.
   cancels out.
 * :func:`summarize_rows` - both, for every (scenario, point, policy, class, metric) of
   an :func:`llmsched_gym.evaluate` table.
+
+RL evaluation over training runs x evaluation seeds (Agarwal et al. 2021, *Deep RL at
+the edge of the statistical precipice*; scipy, installed with the ``rl`` extra):
+
+* :func:`iqm` - the interquartile mean (``scipy.stats.trim_mean``, 25% cut at each end).
+* :func:`stratified_bootstrap` - a statistic (IQM) of a ``(runs, evaluation seeds)``
+  matrix with the stratified bootstrap interval of rliable's ``StratifiedBootstrap``
+  (``task_bootstrap=True``, the evaluation seeds as tasks): resample the evaluation
+  seeds, and the runs within each.
+* :func:`probability_of_improvement` - P(agent better than baseline) on the same
+  evaluation seed, the Mann-Whitney statistic (``scipy.stats.mannwhitneyu``, ties 1/2)
+  between the two sets of runs averaged over seeds (rliable's definition), with the
+  same stratified interval applied to both sides.
+
+rliable itself is not a dependency: rliable 1.2.0 pins ``arch < 8``, and arch 7.2.0
+fails to import with pandas 3 (the version pip installs today).
 """
 
 from __future__ import annotations
@@ -147,3 +163,93 @@ def lookup(stats: Iterable[dict], **match) -> dict | None:
         if all(rec.get(k) == v for k, v in match.items()):
             return rec
     return None
+
+
+# ====================================================================== RL evaluation (runs x seeds)
+def _scipy_stats():
+    try:
+        from scipy import stats
+    except ImportError as e:  # pragma: no cover
+        raise ImportError("the RL-evaluation statistics need scipy: pip install 'llmsched-gym[rl]'") from e
+    return stats
+
+
+def iqm(values, axis=None) -> "float | np.ndarray":
+    """Interquartile mean: the mean of the middle 50% (``scipy.stats.trim_mean(x, 0.25)``)
+    of all values (``axis=None``) or along ``axis``."""
+    x = np.asarray(values, dtype=float)
+    if axis is None:
+        x = x.ravel()
+        if x.size == 0:
+            return math.nan
+        return float(_scipy_stats().trim_mean(x, 0.25))
+    return _scipy_stats().trim_mean(x, 0.25, axis=axis)
+
+
+def _matrix(scores) -> np.ndarray:
+    x = np.asarray(scores, dtype=float)
+    if x.ndim == 1:
+        x = x[None, :]  # one run (a deterministic baseline): one row
+    if x.ndim != 2 or 0 in x.shape:
+        raise ValueError(f"scores must be a (runs, evaluation seeds) matrix, got shape {x.shape}")
+    return x
+
+
+def _stratified_draws(rng, runs: int, seeds: int, n_boot: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows (n_boot, runs, seeds), cols (n_boot, 1, seeds))``: evaluation seeds resampled,
+    and runs resampled within each resampled seed."""
+    cols = rng.integers(0, seeds, size=(n_boot, 1, seeds))
+    rows = rng.integers(0, runs, size=(n_boot, runs, seeds))
+    return rows, cols
+
+
+def stratified_bootstrap(scores, stat: Callable | None = None, *, confidence: float = 0.95, n_boot: int = N_BOOT,
+                         seed: int = 0) -> tuple[float, float, float]:
+    """``(stat(scores), low, high)`` for a ``(runs, evaluation seeds)`` matrix (a 1-D array
+    is one run), with a percentile interval from the stratified bootstrap: each resample
+    draws the evaluation seeds with replacement and, within each drawn seed, the runs
+    with replacement (rliable's ``StratifiedBootstrap(task_bootstrap=True)`` with the
+    seeds as tasks). ``stat`` (default :func:`iqm`) takes an array and ``axis``. With
+    one run the interval is over evaluation seeds only."""
+    x = _matrix(scores)
+    stat = stat or iqm
+    point = float(stat(x.ravel()[None, :], axis=1)[0])
+    rng = np.random.default_rng(seed)
+    rows, cols = _stratified_draws(rng, *x.shape, n_boot)
+    boot = stat(x[rows, cols].reshape(n_boot, -1), axis=1)
+    a = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(boot, [a, 1.0 - a])
+    return point, float(lo), float(hi)
+
+
+def _improvement(a: np.ndarray, b: np.ndarray, lower_is_better: bool) -> np.ndarray:
+    """Mann-Whitney P(a better than b) per evaluation seed, over the last-but-one axis
+    (runs); ``a``, ``b``: (..., runs, seeds)."""
+    st = _scipy_stats()
+    x, y = (b, a) if lower_is_better else (a, b)  # U(x, y) counts x > y (ties 1/2)
+    u = st.mannwhitneyu(x, y, axis=-2, method="asymptotic").statistic
+    return u / (a.shape[-2] * b.shape[-2])
+
+
+def probability_of_improvement(scores, baseline, *, lower_is_better: bool = True, confidence: float = 0.95,
+                               n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
+    """P(agent better than baseline) on the same evaluation seed and its stratified
+    bootstrap interval.
+
+    ``scores``: the agent's ``(runs, seeds)``; ``baseline``: ``(runs_b, seeds)``, or
+    ``(seeds,)`` for a deterministic baseline. Per evaluation seed, the Mann-Whitney
+    statistic between the agent's runs and the baseline's (``scipy.stats.mannwhitneyu``;
+    ties count 1/2), averaged over seeds. The bootstrap resamples the seeds (the same
+    ones for both sides: they serve the same requests) and, within each, each side's
+    runs. ``lower_is_better`` for latencies."""
+    a, b = _matrix(scores), _matrix(baseline)
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"probability_of_improvement needs the same evaluation seeds: {a.shape[1]} vs {b.shape[1]}")
+    point = float(_improvement(a, b, lower_is_better).mean())
+    rng = np.random.default_rng(seed)
+    ra, cols = _stratified_draws(rng, a.shape[0], a.shape[1], n_boot)
+    rb = rng.integers(0, b.shape[0], size=(n_boot, b.shape[0], b.shape[1]))
+    boot = _improvement(a[ra, cols], b[rb, cols], lower_is_better).mean(axis=-1)
+    al = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(boot, [al, 1.0 - al])
+    return point, float(lo), float(hi)
