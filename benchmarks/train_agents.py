@@ -12,11 +12,12 @@ Methodology (Agarwal et al. 2021, "Deep RL at the edge of the statistical precip
   workload seeds (``--eval-seeds``, disjoint from the EvalCallback's held-out seeds
   >= 1,000,000 and from training's 31-bit draws);
 * aggregate = interquartile mean (IQM) over the runs x evaluation seeds, with a
-  95% stratified bootstrap interval (resampling evaluation seeds within each run, and
-  runs, 2,000 resamples);
+  95% stratified bootstrap interval (evaluation seeds resampled, and runs within each;
+  ``llmsched_gym.evaluation.stats.stratified_bootstrap``, scipy's ``trim_mean``);
 * probability of improvement P(agent < baseline) (lower latency is better): the
-  Mann-Whitney statistic over (run, seed) pairs on the same evaluation seed, with its
-  bootstrap interval;
+  Mann-Whitney statistic (``scipy.stats.mannwhitneyu``) between the runs on the same
+  evaluation seed, averaged over seeds, with its bootstrap interval
+  (``probability_of_improvement``);
 * baselines are deterministic given the seed, so their interval is over evaluation
   seeds only.
 
@@ -36,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from llmsched_gym.evaluation.stats import iqm, probability_of_improvement, stratified_bootstrap
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "results" / "agents"
 FIG = ROOT / "docs" / "figures"
@@ -52,51 +55,6 @@ STUDIES = {
         baselines=["static-usage-limit", "soft-reflective-ceiling"], role="fc", duration_s=None,
         metrics=["ttft_p99", "ttft_mean", "tpot_mean", "tpot_p99"], cls="critical", prefix="fc-codegen"),
 }
-
-
-# ====================================================================== statistics
-def iqm(x) -> float:
-    x = np.sort(np.asarray(x, float).ravel())
-    n = len(x)
-    if n == 0:
-        return float("nan")
-    lo, hi = int(np.floor(0.25 * n)), int(np.ceil(0.75 * n))
-    return float(x[lo:hi].mean()) if hi > lo else float(x.mean())
-
-
-def stratified_bootstrap(scores: np.ndarray, stat=iqm, reps: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """``scores``: (runs, eval seeds). Resample runs, and seeds within each run."""
-    rng = np.random.default_rng(seed)
-    s = np.asarray(scores, float)
-    R, S = s.shape
-    vals = np.empty(reps)
-    for b in range(reps):
-        rows = rng.integers(R, size=R)
-        cols = rng.integers(S, size=(R, S))
-        vals[b] = stat(s[rows[:, None], cols])
-    lo, hi = np.percentile(vals, [2.5, 97.5])
-    return stat(s), float(lo), float(hi)
-
-
-def prob_improvement(agent: np.ndarray, base: np.ndarray, reps: int = 2000, seed: int = 0):
-    """P(agent metric < baseline metric) on the same evaluation seed (ties count 1/2).
-
-    ``agent``: (runs, seeds); ``base``: (seeds,). Bootstrap over runs and seeds."""
-    rng = np.random.default_rng(seed)
-    a = np.asarray(agent, float)
-    b = np.asarray(base, float)
-
-    def p(a_, b_):
-        return float(np.mean((a_ < b_[None, :]) + 0.5 * (a_ == b_[None, :])))
-
-    R, S = a.shape
-    vals = np.empty(reps)
-    for k in range(reps):
-        rows = rng.integers(R, size=R)
-        cols = rng.integers(S, size=S)
-        vals[k] = p(a[rows][:, cols], b[cols])
-    lo, hi = np.percentile(vals, [2.5, 97.5])
-    return p(a, b), float(lo), float(hi)
 
 
 # ====================================================================== training
@@ -167,7 +125,7 @@ def report(name: str, res: dict) -> str:
         lines.append("| agent | " + " | ".join(cells) + " |")
         lines.append("")
         for b in cfg["baselines"]:
-            pi = [prob_improvement(agent[m], _matrix(rows, sc, b, m, cls, es)) for m in cfg["metrics"]]
+            pi = [probability_of_improvement(agent[m], _matrix(rows, sc, b, m, cls, es)) for m in cfg["metrics"]]
             lines.append(f"P(agent better than {b}): " + ", ".join(
                 f"{m} {p:.2f} [{lo:.2f}, {hi:.2f}]" for m, (p, lo, hi) in zip(cfg["metrics"], pi)) + "  ")
     return "\n".join(lines) + "  (times in ms)\n"
