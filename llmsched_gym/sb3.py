@@ -12,7 +12,11 @@ SB3's convention: at an episode's end the returned observation is already the ne
 episode's first, and ``infos[i]["terminal_observation"]`` holds the last one, with
 ``infos[i]["TimeLimit.truncated"]`` set when the episode was truncated (not
 terminated) so that SB3 bootstraps its value. ``infos[i]["episode"]`` carries
-``{"r": return, "l": length}`` at an episode's end (what ``VecMonitor`` reports).
+``{"r": return, "l": length}`` at an episode's end (what ``VecMonitor`` reports), and
+``infos[i]["episode_metrics"]`` the harness's summary of that episode
+(``llmsched_gym.evaluation.metrics.summarize``: ``["classes"][cls]["ttft_mean"]``, ...),
+un-batched from the vector env's ``info["final_info"]["episode"]["metrics"]`` (only for
+the sub-environments whose episode ended; absent if the vector env does not report it).
 Action masks for sb3-contrib's ``MaskablePPO``: ``venv.action_masks()`` and
 ``venv.env_method("action_masks")``.
 """
@@ -72,6 +76,9 @@ class Sb3VecEnv(VecEnv):
                 d["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
                 d["episode"] = {"r": float(self._ep_return[i]), "l": int(self._ep_length[i]),
                                 "t": round(time.time() - self._t0, 6)}
+                metrics = episode_metrics(info, i)
+                if metrics is not None:
+                    d["episode_metrics"] = metrics
                 self._ep_return[i] = 0.0
                 self._ep_length[i] = 0
         return obs, rew.astype(np.float32), dones, infos
@@ -114,6 +121,46 @@ class Sb3VecEnv(VecEnv):
         if isinstance(indices, int):
             return [indices]
         return list(indices)
+
+
+def unbatch_info(infos: dict, i: int) -> dict:
+    """Sub-environment ``i``'s entries of a gymnasium vector info (dict of arrays with
+    ``_key`` masks, nested dicts recursively): plain Python values, masked-out keys left out."""
+    out = {}
+    for k, v in infos.items():
+        if k.startswith("_"):
+            continue
+        mask = infos.get("_" + k)
+        if mask is not None and not bool(mask[i]):
+            continue
+        if isinstance(v, dict):
+            out[k] = unbatch_info(v, i)
+        else:
+            x = v[i]
+            out[k] = x.item() if isinstance(x, np.generic) else x
+    return out
+
+
+def episode_metrics(infos: dict, i: int) -> "dict | None":
+    """The harness summary of sub-environment ``i``'s finished episode, from a vector env's
+    ``info["final_info"]["episode"]["metrics"]`` (``None`` if it is not there)."""
+    fi = infos.get("final_info")
+    if not isinstance(fi, dict):
+        return None
+    mask = infos.get("_final_info")
+    if mask is not None and not bool(mask[i]):
+        return None
+    ep = fi.get("episode")
+    if not isinstance(ep, dict) or "metrics" not in ep:
+        return None
+    m = ep.get("_metrics")
+    if m is not None and not bool(m[i]):
+        return None
+    metrics = ep["metrics"]
+    if isinstance(metrics, dict):
+        return unbatch_info(metrics, i)
+    x = metrics[i]  # an object array of per-env dicts
+    return x if isinstance(x, dict) else None
 
 
 def to_sb3_vec_env(env) -> Sb3VecEnv:

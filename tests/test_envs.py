@@ -360,31 +360,6 @@ def test_ppo_longer_run_routing():
     MaskablePPO("MultiInputPolicy", venv, n_steps=256, seed=0).learn(50_000)
 
 
-def test_vector_add_info_builds_gymnasiums_layout():
-    """The vector envs' faster _add_info gives VectorEnv._add_info's arrays, dtypes and masks."""
-    from gymnasium.vector import VectorEnv
-
-    venv = gym.make_vec(IDS[0], num_envs=5, scenario="codegen", qps=12, horizon=5)
-    first = {"a": 1, "b": 2.5, "c": True, "d": np.float32(3), "e": np.arange(3), "f": "x",
-             "g": {"h": 1, "i": {"j": None}}, "final_obs": {"o": 1}}
-    later = {"a": 4, "g": {"h": 2}, "k": np.int64(7)}
-
-    def build(add_info):
-        return add_info(venv, add_info(venv, {}, first, 1), later, 3)
-
-    def same(x, y):
-        assert x.keys() == y.keys()
-        for k in x:
-            if isinstance(x[k], dict):
-                same(x[k], y[k])
-                continue
-            assert (x[k].dtype, x[k].shape) == (y[k].dtype, y[k].shape), k
-            for a, b in zip(x[k].tolist(), y[k].tolist()):
-                assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, k
-
-    same(build(VectorEnv._add_info), build(type(venv.unwrapped)._add_info))
-
-
 @pytest.mark.parametrize("reward", ["ttft", "slo"])  # the fused batched path and the drivers'
 def test_soft_reflective_action_at_its_centre_is_the_baseline(reward):
     """FlowControl action="soft-reflective": the action (0.5, 0.5) every interval runs the

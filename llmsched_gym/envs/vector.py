@@ -440,37 +440,6 @@ class LLMSchedVectorEnv(VectorEnv):
         self.drivers = []
 
     # ------------------------------------------------------------------ helpers
-    def _add_info(self, vector_infos: dict, env_info: dict, env_num: int) -> dict:
-        """VectorEnv._add_info, the same arrays and masks, built with less overhead per
-        key: an episode's final info holds every class's metrics, some hundred keys."""
-        n = self.num_envs
-        for key, value in env_info.items():
-            t = type(value)
-            if key == "final_obs":
-                array = vector_infos.get(key)
-                if array is None:
-                    array = np.full(n, None, dtype=object)
-                array[env_num] = value
-            elif t is dict or isinstance(value, dict):
-                array = self._add_info(vector_infos.get(key, {}), value, env_num)
-            else:
-                array = vector_infos.get(key)
-                if array is None:
-                    if t is int or t is float or t is bool or issubclass(t, np.number):
-                        array = np.zeros(n, dtype=t)
-                    elif t is np.ndarray or isinstance(value, np.ndarray):
-                        array = np.zeros((n, *value.shape), dtype=value.dtype)
-                    else:
-                        array = np.full(n, None, dtype=object)
-                array[env_num] = value
-            mkey = "_" + key
-            mask = vector_infos.get(mkey)
-            if mask is None:
-                mask = np.zeros(n, dtype=np.bool_)
-            mask[env_num] = True
-            vector_infos[key], vector_infos[mkey] = array, mask
-        return vector_infos
-
     def _check_actions(self, actions):
         n = self.num_envs
         a = np.asarray(actions)
