@@ -109,7 +109,7 @@ class SoftReflectiveCeiling(UsageLimitPolicy):
     def __init__(self, ramp: float = 1.0, period_scale: float = 1.0):
         for k, v in (("ramp", ramp), ("period_scale", period_scale)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ConfigError(f"soft-reflective-ceiling: {k}={v!r} is invalid; it must be a finite number >= 0")
+                raise ConfigError(f"{k}={v!r} is invalid; it must be a finite number >= 0")
         self.ramp, self.period_scale = float(ramp), float(period_scale)
         self._tick = 0
 

@@ -124,6 +124,9 @@ CLI_ROWS = [
     row("policy-param-nonfinite", RUN + ["--flow-control", "static-usage-limit:threshold=inf"],
         "threshold=", "finite"),
     row("policy-param-no-equals", RUN + ["--router", "llm-d:prefix_weight"], "key=value"),
+    row("policy-param-soft-reflective", RUN + ["--flow-control", "soft-reflective-ceiling:period_scale=-2"],
+        "policy 'soft-reflective-ceiling'", "period_scale=-2", ">= 0"),
+    row("cpu-tier-negative", RUN + ["--cpu-kv-gb", "-1"], "cpu_kv_gb=-1", ">= 0"),
     row("policy-param-range-in-01", RUN + ["--router", "bailian:lam=2"], "policy 'bailian'", "lam=2", "[0, 1]"),
     # ---- flags that do not apply to the chosen source
     row("scenario-critical-share", RUN + ["--critical-share", "0.3"], "--critical-share=0.3", "only to --trace"),
