@@ -35,9 +35,11 @@ Examples:
       --policy residual --paper-qps 16 --timesteps 100000 --out runs/fc-residual
 
 Output: OUT/model.zip, OUT/vecnormalize.pkl, OUT/agent.json, OUT/best/ (best_model.zip
-with the statistics of its moment), OUT/checkpoints/ (each with its statistics),
-OUT/eval/evaluations.npz (learning curve). Evaluate: llmsched-gym compare --policies
-'jsq;agent:OUT' (or agent:OUT/best, agent:OUT/checkpoints/model_N_steps.zip).
+with the statistics of its moment; chosen by --select, a harness metric such as
+ttft_mean:all), OUT/checkpoints/ (each with its statistics), OUT/eval/evaluations.npz
+(learning curve) and OUT/eval/evaluations_metrics.json (harness metrics per
+evaluation). Evaluate: llmsched-gym compare --policies 'jsq;agent:OUT' (or
+agent:OUT/best, agent:OUT/checkpoints/model_N_steps.zip).
 """
 
 

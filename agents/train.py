@@ -20,7 +20,10 @@ What happens, top to bottom (:func:`train`):
    workload seeds* (``EVAL_SEED_BASE + k``; training draws its workload seeds from a
    31-bit generator seeded by ``--seed``), writing ``eval/evaluations.npz`` (the learning
    curve) and ``best/best_model.zip`` with ``best/vecnormalize.pkl``, the statistics of
-   the moment that model was saved (:class:`agents.vec.SaveBestStats`);
+   the moment that model was saved (:class:`agents.vec.SaveBestStats`). The best model
+   is the one with the best *harness metric* (``--select METRIC:CLASS``, default per
+   environment, :mod:`agents.selection`), each evaluation's metrics in
+   ``eval/evaluations_metrics.json``;
    ``CheckpointCallback`` (``checkpoints/model_N_steps.zip`` with
    ``model_vecnormalize_N_steps.pkl``);
    TensorBoard logs in ``tb/``.
@@ -271,10 +274,13 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
           duration_s: float | None = None, n_envs: int | None = None, hyperparams: "str | None" = None,
           overrides: dict | None = None, eval_freq: int | None = None, eval_episodes: int | None = None,
           checkpoint_freq: int | None = None, progress: bool = True, verbose: int = 0, command: str | None = None,
-          torch_threads: int | None = 1, policy_variant: str | None = None) -> dict:
-    """Train one agent; returns the run's metadata (also written to ``out/agent.json``)."""
+          torch_threads: int | None = 1, policy_variant: str | None = None, select: str | None = None) -> dict:
+    """Train one agent; returns the run's metadata (also written to ``out/agent.json``).
+
+    ``select``: how ``best/`` is chosen, ``METRIC[:CLASS]`` of the harness or ``reward``
+    (default :data:`agents.selection.DEFAULT_SELECT` of the environment)."""
     import torch
-    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback, EvalCallback
+    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
     from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
     from llmsched_gym.errors import ConfigError
@@ -288,6 +294,9 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     if algo == "sac" and env_id == "llmsched/Routing-v0":
         raise ConfigError("sac needs a continuous action space: use ppo or maskable-ppo with llmsched/Routing-v0")
     hp = load_hyperparams(env_id, algo, hyperparams)
+    from agents.selection import default_select, eval_callback_class, parse_select
+
+    selection = parse_select(select if select is not None else default_select(env_id))
     if policy_variant:
         hp.update(policy_variant_hyperparams(env_id, algo, policy_variant))
     hp.update(overrides or {})
@@ -340,14 +349,11 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     Algo = _algo_class(algo)
     model = Algo(policy, venv, seed=seed, verbose=verbose, tensorboard_log=str(out / "tb"),
                  policy_kwargs=policy_kwargs, device="cpu", **hp)
-    if algo == "maskable-ppo":
-        from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback as EvalCB
-    else:
-        EvalCB = EvalCallback
+    EvalCB = eval_callback_class(maskable=algo == "maskable-ppo")
     per_env = max(1, e_freq // n)  # callbacks count calls (one per vector step)
     eval_cb = EvalCB(eval_venv, n_eval_episodes=max(e_eps, n_eval_envs), eval_freq=per_env,
                      log_path=str(out / "eval"), best_model_save_path=str(out / "best"), deterministic=True,
-                     verbose=verbose, callback_on_new_best=SaveBestStats(out / "best"))
+                     verbose=verbose, callback_on_new_best=SaveBestStats(out / "best"), select=selection)
     ckpt = CheckpointCallback(save_freq=max(1, c_freq // n), save_path=str(out / "checkpoints"),
                               name_prefix="model", save_vecnormalize=True)
     # learn() runs whole rollouts: ask for what it will run, so the progress bar's total is right.
@@ -365,6 +371,7 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
         "policy_kwargs": {k: repr(v) for k, v in policy_kwargs.items()},
         "wall_seconds": None, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "command": command or " ".join(sys.argv), "complete": False, "policy_variant": policy_variant or "default",
+        "select": selection.text, "select_higher_is_better": selection.higher_is_better,
     }
     # Written before training too, so the checkpoints of an interrupted run load (agent:OUT/checkpoints/...).
     (out / "agent.json").write_text(json.dumps(meta, indent=1, default=str))
@@ -377,7 +384,8 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     # best/vecnormalize.pkl was written by SaveBestStats when best_model.zip was (the statistics the
     # held-out evaluation of that model used), not here: the final statistics belong to the final model.
     meta.update(wall_seconds=round(wall, 1), complete=True,
-                best_mean_reward=float(eval_cb.best_mean_reward) if np.isfinite(eval_cb.best_mean_reward) else None)
+                best_mean_reward=float(eval_cb.best_mean_reward) if np.isfinite(eval_cb.best_mean_reward) else None,
+                best_metric=eval_cb.best_metric())
     (out / "agent.json").write_text(json.dumps(meta, indent=1, default=str))
     venv.close()
     eval_venv.close()
@@ -414,6 +422,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="override one hyperparameter, e.g. --set learning_rate=1e-3 (repeatable)")
     p.add_argument("--eval-freq", type=int, help="evaluate every N environment steps")
     p.add_argument("--eval-episodes", type=int, help="held-out evaluation episodes")
+    p.add_argument("--select", metavar="METRIC[:CLASS]",
+                   help="how best/ is chosen: a harness metric of the held-out episodes (median over them), e.g. "
+                        "ttft_mean:all, ttft_p99:critical, slo_attainment:critical (lower is better for latencies, "
+                        "higher for slo_attainment/goodput_rps/throughput_rps), or reward (SB3's mean reward); "
+                        "default ttft_mean:all for Routing, ttft_p99:critical for FlowControl, "
+                        "slo_attainment:all for Admission")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", type=int, default=0)
 
@@ -460,6 +474,10 @@ def check_args(args) -> None:
         check_name(flag, getattr(args, flag[2:].replace("-", "_"), None), none_ok=True, what="a value")
     if args.out is not None:
         check_output_dir("--out", args.out)
+    if args.select is not None:
+        from agents.selection import parse_select
+
+        parse_select(args.select)
 
 
 def run_from_args(args) -> dict:
@@ -482,7 +500,7 @@ def run_from_args(args) -> dict:
                  instances=args.instances, duration_s=args.duration, n_envs=args.n_envs,
                  hyperparams=args.hyperparams, overrides=_set_overrides(args.set), eval_freq=args.eval_freq,
                  eval_episodes=args.eval_episodes, progress=not args.no_progress, verbose=args.verbose,
-                 policy_variant=args.policy,
+                 policy_variant=args.policy, select=args.select,
                  command=("llmsched-gym train " + " ".join(sys.argv[2:])) if sys.argv[1:2] == ["train"]
                  else "python -m agents.train " + " ".join(sys.argv[1:]))
     print(f"trained {algo} on {env_id} ({', '.join(scenarios)}) in {meta['wall_seconds']:.0f} s -> {out}/model.zip "

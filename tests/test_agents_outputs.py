@@ -52,8 +52,12 @@ def test_best_model_keeps_the_statistics_of_its_moment(fc_run):
     # The best model was saved at one of the evaluations; its statistics are those of that
     # moment, which differ from the final ones (observation statistics keep moving).
     assert not _same_rms(best, final)
-    i_best = int(np.argmax(evals["results"].mean(axis=1)))
-    t_best = int(evals["timesteps"][i_best])
+    # best/ is chosen by the harness metric (agents.selection; FlowControl's default
+    # ttft_p99:critical), not by the mean reward: the last evaluation that became the best.
+    rec = json.loads((out / "eval" / "evaluations_metrics.json").read_text())["evaluations"]
+    assert [e["timesteps"] for e in rec] == evals["timesteps"].tolist()
+    t_best = [e["timesteps"] for e in rec if e["new_best"]][-1]
+    assert t_best == json.loads((out / "agent.json").read_text())["best_metric"]["timesteps"]
     # Evaluations and checkpoints fall on the same calls here (same frequency): the
     # checkpoint at the best evaluation's step holds the same statistics.
     match = [p for p in ckpts if int(p.stem.split("_")[-2]) == t_best]
