@@ -254,6 +254,17 @@ class AgentRouter(RoutingPolicy):
         return int(np.asarray(action).reshape(-1)[0])
 
 
+def _interval_action(policy, view, band_arrival_rate) -> np.ndarray:
+    """The deterministic action of a FlowControl agent adapter (``policy._builder``,
+    ``policy.agent``) for this view: the env's observation, normalized as in training."""
+    b = policy._builder
+    if b is None or b.key != (int(view.num_instances), tuple(view.band_priorities)):
+        b = policy._builder = ObservationBuilder("flow_control", view, policy.agent.obs_exclude)
+    obs = policy.agent.normalize(b.build(view, band_arrival_rate=band_arrival_rate))
+    action, _ = policy.agent.model.predict(obs, deterministic=True)
+    return np.asarray(action).reshape(-1)
+
+
 class AgentUsageLimit(UsageLimitPolicy):
     """A trained FlowControl-v0 model as a usage-limit (flow-control) policy.
 
@@ -288,12 +299,7 @@ class AgentUsageLimit(UsageLimitPolicy):
 
     def decide(self, view, band_arrival_rate) -> np.ndarray:
         """Ceilings per band (band 0 highest) for this view (the env's action -> ceilings)."""
-        b = self._builder
-        if b is None or b.key != (int(view.num_instances), tuple(view.band_priorities)):
-            b = self._builder = ObservationBuilder("flow_control", view, self.agent.obs_exclude)
-        obs = self.agent.normalize(b.build(view, band_arrival_rate=band_arrival_rate))
-        action, _ = self.agent.model.predict(obs, deterministic=True)
-        a = np.clip(np.asarray(action, float).reshape(-1), 0.0, 1.0)
+        a = np.clip(np.asarray(_interval_action(self, view, band_arrival_rate), float), 0.0, 1.0)
         return np.minimum.accumulate(a)
 
     def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
@@ -351,12 +357,7 @@ class AgentSoftReflective(UsageLimitPolicy):
 
     def action(self, view, band_arrival_rate) -> np.ndarray:
         """The model's deterministic action (2,) for this view (float32, in [0, 1])."""
-        b = self._builder
-        if b is None or b.key != (int(view.num_instances), tuple(view.band_priorities)):
-            b = self._builder = ObservationBuilder("flow_control", view, self.agent.obs_exclude)
-        obs = self.agent.normalize(b.build(view, band_arrival_rate=band_arrival_rate))
-        action, _ = self.agent.model.predict(obs, deterministic=True)
-        return np.asarray(action).reshape(-1)
+        return _interval_action(self, view, band_arrival_rate)
 
     def _update(self) -> None:
         from llmsched_gym.envs.core import soft_reflective_params
