@@ -33,6 +33,10 @@ Examples:
   # FlowControl residual: the soft-reflective ceiling + a learned ramp/period adjustment
   llmsched-gym train --env llmsched/FlowControl-v0 --scenario codegen --algo ppo \\
       --policy residual --paper-qps 16 --timesteps 100000 --out runs/fc-residual
+  # Gateway residual: admission + routing factors, starting at lmetric + always-admit
+  llmsched-gym train --env llmsched/Gateway-v0 --scenario codegen --paper-qps 16 --policy residual \\
+      --env-set admission_action=rejection --env-set flow_action=none --timesteps 200000 \\
+      --select reward --out runs/gateway-codegen
 
 Output: OUT/model.zip, OUT/vecnormalize.pkl, OUT/agent.json, OUT/best/ (best_model.zip
 with the statistics of its moment; chosen by --select, a harness metric such as

@@ -311,3 +311,24 @@ class ResidualSoftReflectivePolicy(BiasedMlpPolicy):
         super()._build(lr_schedule)  # action_net.bias = action_bias
         with th.no_grad():
             self.action_net.weight.zero_()
+
+
+class ResidualGatewayPolicy(ResidualSoftReflectivePolicy):
+    """PPO policy for Gateway-v0 (``--policy residual``): the Gaussian's mean starts at
+    exactly the environment's centre action (``action_centre``, the training script passes
+    ``setup.centre``: 0.5 for every parameter-mode value and routing factor, 0 for rejection
+    probabilities), which is its base combination request for request, and learns
+    per-interval adjustments of admission, flow control and the per-instance factors on
+    LMetric's score (docs/environments.md). Same construction as
+    :class:`ResidualSoftReflectivePolicy`: the final layer starts at zero, its bias at the
+    centre (0, 0.5 and 1 are exact in float32)."""
+
+    def __init__(self, *args, action_centre: "list[float] | None" = None, **kwargs):
+        self.action_centre = None if action_centre is None else [float(v) for v in action_centre]
+        super().__init__(*args, **kwargs)
+
+    def _build(self, lr_schedule) -> None:
+        super()._build(lr_schedule)
+        if self.action_centre is not None:
+            with th.no_grad():
+                self.action_net.bias.copy_(th.tensor(self.action_centre, dtype=self.action_net.bias.dtype))

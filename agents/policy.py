@@ -105,7 +105,7 @@ class LoadedAgent:
         self.meta = json.loads(meta_file.read_text())
         self.env_id = self.meta["env_id"]
         self.kind = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
-                     "llmsched/Admission-v0": "admission"}[self.env_id]
+                     "llmsched/Admission-v0": "admission", "llmsched/Gateway-v0": "gateway"}[self.env_id]
         norm_obs = bool((self.meta.get("normalize") or {}).get("norm_obs", True))
         if vn_file is None and norm_obs:
             raise ConfigError(f"agent:{path}: the model was trained on normalized observations but its "
@@ -396,7 +396,9 @@ def agent(path: str = "") -> "AgentRouter | AgentUsageLimit | AgentSoftReflectiv
         return AgentRouter(path, a)
     if a.kind == "flow_control":
         return AgentSoftReflective(path, a) if a.flow_action == "soft-reflective" else AgentUsageLimit(path, a)
-    raise ConfigError(f"agent:{path}: {a.env_id} models are not usable as gateway policies yet")
+    hint = " (evaluate Gateway-v0 models in their environment: benchmarks/gateway_agent.py)" \
+        if a.kind == "gateway" else ""
+    raise ConfigError(f"agent:{path}: {a.env_id} models are not usable as gateway policies yet{hint}")
 
 
 agent.role = "routing"

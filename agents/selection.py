@@ -50,11 +50,13 @@ RECORDED = ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99", "e2e_p99", "throug
 #: Routing has no gateway queue and the harness compares routers on TTFT, class ``all``;
 #: FlowControl's studies and the agents page report the critical class, headed by its
 #: TTFT p99 (what holding the sheddable band buys); Admission rejects requests, which a
-#: latency would reward, so it is SLO attainment over every arrival (rejections are misses).
+#: latency would reward, so it is SLO attainment over every arrival (rejections are misses);
+#: so is Gateway, which admits too.
 DEFAULT_SELECT = {
     "llmsched/Routing-v0": "ttft_mean:all",
     "llmsched/FlowControl-v0": "ttft_p99:critical",
     "llmsched/Admission-v0": "slo_attainment:all",
+    "llmsched/Gateway-v0": "slo_attainment:all",
 }
 
 _CLASS = re.compile(r"^(all|critical(-p[1-9][0-9]*)?|sheddable(-p-[0-9]+)?)$")

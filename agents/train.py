@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 ENV_FILES = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
-             "llmsched/Admission-v0": "admission"}
+             "llmsched/Admission-v0": "admission", "llmsched/Gateway-v0": "gateway"}
 ALGOS = ("ppo", "maskable-ppo", "sac")
 HYPERPARAMS_DIR = Path(__file__).resolve().parent / "hyperparams"
 #: first workload seed of the held-out evaluation episodes (EvalCallback)
@@ -114,6 +114,7 @@ POLICY_VARIANTS = {
     ("llmsched/Routing-v0", "maskable-ppo", "residual"): "agents.networks:MaskableResidualScorerPolicy",
     ("llmsched/Routing-v0", "ppo", "residual"): "agents.networks:ResidualScorerPolicy",
     ("llmsched/FlowControl-v0", "ppo", "residual"): "agents.networks:ResidualSoftReflectivePolicy",
+    ("llmsched/Gateway-v0", "ppo", "residual"): "agents.networks:ResidualGatewayPolicy",
 }
 #: further hyperparameters of a variant (``--set`` still overrides them). Routing: the
 #: base gain 10 makes the *stochastic* policy follow LMetric closely while exploring
@@ -127,10 +128,13 @@ POLICY_VARIANT_HYPERPARAMS = {
         "policy_kwargs": "dict(features_extractor_kwargs=dict(hidden=64, critic_hidden=64, base_gain=10.0))"},
     ("llmsched/FlowControl-v0", "residual"): {
         "policy_kwargs": "dict(net_arch=[64, 64], log_std_init=-2.0, action_bias=0.5)"},
+    ("llmsched/Gateway-v0", "residual"): {
+        "policy_kwargs": "dict(net_arch=[64, 64], log_std_init=-2.0, action_bias=0.5)"},
 }
 #: environment keywords a variant needs (merged into the YAML's ``env_kwargs``; a
 #: conflicting value is an error). FlowControl residual: the action sets the engine's
-#: soft-reflective ceiling's (ramp, period scale) instead of fixed ceilings.
+#: soft-reflective ceiling's (ramp, period scale) instead of fixed ceilings. (Gateway's residual
+#: starts at the centre action of whatever modes env_kwargs choose: see ResidualGatewayPolicy.)
 POLICY_VARIANT_ENV_KWARGS = {
     ("llmsched/FlowControl-v0", "residual"): {"action": "soft-reflective"},
 }
@@ -274,11 +278,15 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
           duration_s: float | None = None, n_envs: int | None = None, hyperparams: "str | None" = None,
           overrides: dict | None = None, eval_freq: int | None = None, eval_episodes: int | None = None,
           checkpoint_freq: int | None = None, progress: bool = True, verbose: int = 0, command: str | None = None,
-          torch_threads: int | None = 1, policy_variant: str | None = None, select: str | None = None) -> dict:
+          torch_threads: int | None = 1, policy_variant: str | None = None, select: str | None = None,
+          env_overrides: dict | None = None) -> dict:
     """Train one agent; returns the run's metadata (also written to ``out/agent.json``).
 
     ``select``: how ``best/`` is chosen, ``METRIC[:CLASS]`` of the harness or ``reward``
-    (default :data:`agents.selection.DEFAULT_SELECT` of the environment)."""
+    (default :data:`agents.selection.DEFAULT_SELECT` of the environment). ``env_overrides``:
+    environment keywords set over the YAML's ``env_kwargs`` (``--router``, ``--flow-control``,
+    ``--admission``: the baselines of the decisions the agent does not take, or Gateway-v0's
+    base combination)."""
     import torch
     from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
     from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
@@ -305,7 +313,8 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
 
     out = check_output_dir("out", out)  # before training: a bad path must not cost the run
 
-    env_kwargs = policy_variant_env_kwargs(env_id, policy_variant, dict(hp.pop("env_kwargs", {}) or {}))
+    env_kwargs = policy_variant_env_kwargs(env_id, policy_variant,
+                                           {**dict(hp.pop("env_kwargs", {}) or {}), **(env_overrides or {})})
     if instances is not None:
         env_kwargs["instances"] = int(instances)
     if duration_s is not None:
@@ -317,6 +326,11 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     policy_kwargs = hp.pop("policy_kwargs", None) or {}
     if isinstance(policy_kwargs, str):
         policy_kwargs = eval(policy_kwargs, {"dict": dict})  # RL-Zoo convention: "dict(net_arch=[64, 64])"
+    if env_id == "llmsched/Gateway-v0" and policy_variant == "residual" and "action_centre" not in policy_kwargs:
+        # the residual starts at the environment's centre action (its base combination)
+        from llmsched_gym.envs.core import make_setup
+
+        policy_kwargs["action_centre"] = make_setup("gateway", scenario=scenarios[0], **env_kwargs).centre.tolist()
     e_freq = int(eval_freq or hp.pop("eval_freq", 20_000))
     e_eps = int(eval_episodes or hp.pop("n_eval_episodes", 4))
     e_dur = hp.pop("eval_duration_s", None)
@@ -404,7 +418,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="policy class: default (the YAML's) or residual (Routing: LMetric's logits plus a learned "
                         "correction that starts at zero, so training starts at LMetric; FlowControl with ppo: "
                         "action=\"soft-reflective\", a learned adjustment of the soft-reflective ceiling's ramp "
-                        "and period that starts at the published ceiling)")
+                        "and period that starts at the published ceiling; Gateway with ppo: a learned adjustment "
+                        "that starts exactly at the environment's centre action, its base combination)")
+    for flag, role in (("--router", "routing"), ("--flow-control", "usage-limit"), ("--admission", "admission")):
+        p.add_argument(flag, help=f"the {role} policy of the environment (a spec such as lmetric or "
+                                  "probabilistic:k=30): the baseline of a decision the agent does not take, or "
+                                  "Gateway-v0's base policy")
+    p.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="set one environment keyword over the YAML's env_kwargs (YAML value), e.g. "
+                        "--env-set flow_action=none (repeatable)")
     p.add_argument("--timesteps", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output directory (default runs/<env>-<scenario>-<algo>-s<seed>)")
@@ -427,7 +449,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "ttft_mean:all, ttft_p99:critical, slo_attainment:critical (lower is better for latencies, "
                         "higher for slo_attainment/goodput_rps/throughput_rps), or reward (SB3's mean reward); "
                         "default ttft_mean:all for Routing, ttft_p99:critical for FlowControl, "
-                        "slo_attainment:all for Admission")
+                        "slo_attainment:all for Admission and Gateway")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", type=int, default=0)
 
@@ -501,6 +523,8 @@ def run_from_args(args) -> dict:
                  hyperparams=args.hyperparams, overrides=_set_overrides(args.set), eval_freq=args.eval_freq,
                  eval_episodes=args.eval_episodes, progress=not args.no_progress, verbose=args.verbose,
                  policy_variant=args.policy, select=args.select,
+                 env_overrides={**{k: getattr(args, k) for k in ("router", "flow_control", "admission")
+                                   if getattr(args, k) is not None}, **_set_overrides(args.env_set)},
                  command=("llmsched-gym train " + " ".join(sys.argv[2:])) if sys.argv[1:2] == ["train"]
                  else "python -m agents.train " + " ".join(sys.argv[1:]))
     print(f"trained {algo} on {env_id} ({', '.join(scenarios)}) in {meta['wall_seconds']:.0f} s -> {out}/model.zip "

@@ -1,7 +1,8 @@
 """Hand-coded reference policies (docs/architecture.md), registered by name on import.
 
-Families: :mod:`.admission`, :mod:`.flow_control` (usage limits) and :mod:`.routing`.
+Families: :mod:`.admission`, :mod:`.flow_control` (usage limits), :mod:`.routing`,
+:mod:`.autoscaling` (scaling policies) and :mod:`.pd` (P/D disaggregation decisions).
 Build one with :func:`llmsched_gym.gateway.policy.make_policy`, e.g. ``make_policy("lmetric")``.
 """
 
-from . import admission, flow_control, routing  # noqa: F401  (registration side effects)
+from . import admission, autoscaling, flow_control, pd, routing  # noqa: F401  (registration side effects)

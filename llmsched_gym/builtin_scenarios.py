@@ -15,6 +15,9 @@ made of thinking requests, the LMetric paper's hotspot shape).
 
 Trace replays: ``mooncake-conversation``, ``azure-code``, ``azure-conv`` at the trace's
 own rate by default (``qps``/``load`` rescale time).
+
+Prefill/decode disaggregation: ``pd-longprompt``, long prompts on 2 prefill + 2 decode
+H100s (``pd-aggregated`` runs the same 4 GPUs aggregated).
 """
 
 from __future__ import annotations
@@ -144,6 +147,65 @@ def kv_hotspot_thinking() -> Scenario:
     return kv_hotspot(output=_THINKING_OUTPUT, name="kv-hotspot-thinking", what="thinking requests (~6.2k output tokens)")
 
 
+# --------------------------------------------------------------------------- autoscaling
+#: ``diurnal-codegen``'s day, compressed to half an hour of simulated time (a day would be
+#: 48 x slower to simulate); the rate swings over it as over a day, the cold starts and the
+#: scaling interval are not compressed.
+DIURNAL_PERIOD_S = 1800.0
+
+
+def diurnal_codegen() -> Scenario:
+    """codegen's requests (in ~1176 / out ~195 tokens, 30% critical, SLOs 1 s TTFT / 0.1 s
+    TPOT, sheddable 5 s / 0.2 s) at a diurnal rate: ``30 x (1 + 0.8 cos(2 pi (t - 900) /
+    1800))`` req/s, from 6 req/s at t = 0 to 54 req/s at the peak (t = 900 s) and back,
+    one compressed day of ``DIURNAL_PERIOD_S``; at most 6 x H100 Qwen3-14B (the largest
+    fleet of ``llmsched/Autoscaling-v0``; codegen's 2 instances sustain 27 req/s)."""
+    curve = {"kind": "diurnal", "period_s": DIURNAL_PERIOD_S, "amplitude": 0.8, "peak_s": DIURNAL_PERIOD_S / 2}
+    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", 30.0, rate_curve=curve),
+                        input=_lognormal(1176, 600, 16, 8000), output=_lognormal(195, 150, 2, 2000),
+                        classes=_two_classes(0.3, 1.0, 0.1), duration_s=DIURNAL_PERIOD_S, name="diurnal-codegen")
+    return Scenario(
+        name="diurnal-codegen",
+        description="codegen's requests at a diurnal rate (6-54 req/s, a day compressed to 30 min); up to 6 x H100 Qwen3-14B",
+        cluster=ClusterConfig(instances=6, hardware="H100", model="qwen3-14b", latency_model="linear",
+                              engine=EngineConfig(max_num_batched_tokens=8192)),
+        workload=spec, gateway=GatewayConfig(router="llm-d"), default_rate={"qps": 30.0},
+        capacity_horizon_s=DIURNAL_PERIOD_S)
+
+
+def bursty_codegen() -> Scenario:
+    """codegen's requests (as ``diurnal-codegen``) at 12 req/s with two bursts over 30
+    minutes: x4 (48 req/s) for t = 300-420 s and x3 (36 req/s) for t = 1080-1260 s, each
+    reached and left over a 30 s ramp; at most 6 x H100 Qwen3-14B."""
+    curve = [[0, 1], [270, 1], [300, 4], [420, 4], [450, 1], [1050, 1], [1080, 3], [1260, 3], [1290, 1]]
+    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", 12.0, rate_curve=curve),
+                        input=_lognormal(1176, 600, 16, 8000), output=_lognormal(195, 150, 2, 2000),
+                        classes=_two_classes(0.3, 1.0, 0.1), duration_s=1800.0, name="bursty-codegen")
+    return Scenario(
+        name="bursty-codegen",
+        description="codegen's requests at 12 req/s with x4 and x3 bursts (2-3 min each); up to 6 x H100 Qwen3-14B",
+        cluster=ClusterConfig(instances=6, hardware="H100", model="qwen3-14b", latency_model="linear",
+                              engine=EngineConfig(max_num_batched_tokens=8192)),
+        workload=spec, gateway=GatewayConfig(router="llm-d"), default_rate={"qps": 12.0}, capacity_horizon_s=1800.0)
+
+
+def pd_longprompt() -> Scenario:
+    """Prefill-heavy requests (in ~4000 / out ~250 tokens, lognormal, no shared prefixes)
+    on 4 x H100 Qwen3-14B (linear step-time preset), the first 2 the prefill pool, KV over
+    a 400 Gb/s RDMA NIC per GPU; 8 req/s by default, near the prefill pool's capacity
+    (docs/results.md, "Prefill/decode disaggregation"). The gateway disaggregates every
+    request (``pd-always``); ``pd-aggregated`` serves whole requests on all 4."""
+    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", 8.0), input=_lognormal(4000, 1500, 512, 12000),
+                        output=_lognormal(250, 120, 16, 1000), duration_s=300.0, name="pd-longprompt")
+    return Scenario(
+        name="pd-longprompt",
+        description="P/D: in ~4000 / out ~250 tokens at 8 req/s; 2 prefill + 2 decode x H100 Qwen3-14B over RDMA",
+        cluster=ClusterConfig(instances=4, hardware="H100", model="qwen3-14b", latency_model="linear",
+                              engine=EngineConfig(max_num_batched_tokens=8192), prefill_instances=2, kv_link="rdma"),
+        workload=spec, gateway=GatewayConfig(router="llm-d", pd="pd-always"), default_rate={"qps": 8.0},
+        capacity_horizon_s=300.0)
+
+
 def _trace(name: str, description: str, path: str, fmt: str, instances: int) -> Scenario:
     return Scenario(name=name, description=description,
                     cluster=ClusterConfig(instances=instances, hardware="H100", model="qwen3-14b", latency_model="linear",
@@ -161,6 +223,9 @@ for _name in _FAMILIES:
 register_scenario("kv-hotspot", kv_hotspot)
 register_scenario("kv-hotspot-qwen2-7b", lambda: kv_hotspot("qwen2-7b", "-qwen2-7b"))
 register_scenario("kv-hotspot-thinking", kv_hotspot_thinking)
+register_scenario("diurnal-codegen", diurnal_codegen)
+register_scenario("bursty-codegen", bursty_codegen)
+register_scenario("pd-longprompt", pd_longprompt)
 register_scenario("mooncake-conversation", lambda: _trace(
     "mooncake-conversation", "Mooncake (Kimi) conversation trace, 12k requests with prefix hashes; 4 x H100 Qwen3-14B",
     "mooncake/conversation_trace.jsonl", "mooncake", 4))

@@ -46,11 +46,17 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     cl.add_argument("--cpu-link-gbps", type=float, help="host link GB/s the CPU tier loads over (default: the GPU's)")
     cl.add_argument("--cpu-kv-shared", action="store_true", default=None,
                     help="one CPU tier for the cluster (a Mooncake store) instead of one per instance")
+    cl.add_argument("--prefill-instances", type=int,
+                    help="P/D disaggregation: the first N instances are the prefill pool (0: all aggregated)")
+    cl.add_argument("--kv-link", help="P/D KV transfer link: nvlink, rdma, infiniband, ethernet, tcp")
+    cl.add_argument("--kv-link-gbps", type=float, help="P/D KV link bandwidth per GPU, GB/s (default: the preset's)")
+    cl.add_argument("--kv-link-latency", type=float, help="P/D KV link seconds per transfer (default: the preset's)")
     cl.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
     gw = p.add_argument_group("gateway policies (see `llmsched-gym policies`)")
     gw.add_argument("--router", help="routing policy, e.g. lmetric or 'llm-d:prefix_weight=2'")
     gw.add_argument("--flow-control", help="usage-limit policy, or 'none' to dispatch on arrival")
     gw.add_argument("--admission", help="admission policy")
+    gw.add_argument("--pd", help="P/D decision on a cluster with a prefill pool, e.g. 'pd-llmd:threshold=512'")
     gw.add_argument("--epp-config", metavar="FILE", help="take every gateway policy from an llm-d EndpointPickerConfig (docs/epp.md)")
 
 
@@ -100,6 +106,8 @@ def scenario_from_args(args) -> "object":
         "hardware": args.hardware, "model": args.model, "latency_model": args.latency_model,
         "kv_blocks": _kv_blocks(args.kv_blocks), "horizon_s": args.horizon,
         "cpu_kv_gb": args.cpu_kv_gb, "cpu_link_gbps": args.cpu_link_gbps, "cpu_kv_shared": args.cpu_kv_shared,
+        "prefill_instances": args.prefill_instances, "kv_link": args.kv_link, "kv_link_gbps": args.kv_link_gbps,
+        "kv_link_latency_s": args.kv_link_latency,
     }.items() if v is not None}
     check_scenario_flags(args)
     if args.trace:
@@ -132,7 +140,7 @@ def scenario_from_args(args) -> "object":
 def _validate_policies(overrides: dict) -> None:
     from .gateway.policy import make_policy
 
-    for key, role in (("router", "routing"), ("admission", "admission"), ("flow_control", "usage-limit")):
+    for key, role in (("router", "routing"), ("admission", "admission"), ("flow_control", "usage-limit"), ("pd", "pd")):
         if overrides.get(key) is not None:
             make_policy(overrides[key], role)
 
@@ -156,6 +164,8 @@ def cmd_run(args) -> int:
         s.update({"scenario": sc.name, "seed": seed, "qps": qps,
                   "router": sim.router.name, "admission": sim.admission.name,
                   "flow_control": sim.flow.name if sim.flow else None})
+        if sim.pd is not None:  # a cluster with a prefill pool, or pd-aggregated
+            s["pd"] = sim.pd.name
         results.append(s)
         _print_summary(s)
     if args.json is not None:
@@ -250,7 +260,7 @@ def _describe(sc, seed: int) -> int:
 def cmd_policies(args) -> int:
     from .gateway.policy import list_policies, policy_parameters
 
-    for role in ("routing", "usage-limit", "admission"):
+    for role in ("routing", "usage-limit", "admission", "scaling", "pd"):
         print(f"{role}:")
         for name, factory in list_policies(role).items():
             params = ", ".join(f"{k}={v}" for k, v in policy_parameters(factory).items())

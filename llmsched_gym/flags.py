@@ -31,9 +31,11 @@ def check_flags(args, flags) -> None:
 
 
 def policy_overrides(args) -> dict:
-    """The --router/--admission/--flow-control arguments as Scenario.simulator keywords."""
+    """The --router/--admission/--flow-control/--pd arguments as Scenario.simulator keywords
+    (and compare's --scaler, as the combination's ``scaler`` role)."""
     out = {}
-    for flag, key in (("--router", "router"), ("--admission", "admission"), ("--flow-control", "flow_control")):
+    for flag, key in (("--router", "router"), ("--admission", "admission"), ("--flow-control", "flow_control"),
+                      ("--scaler", "scaler"), ("--pd", "pd")):
         v = check_name(flag, getattr(args, key, None), none_ok=True, what="a policy spec (see `llmsched-gym policies`)")
         if v is not None:
             out[key] = None if key == "flow_control" and v.strip().lower() == "none" else v

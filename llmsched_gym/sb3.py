@@ -14,7 +14,8 @@ episode's first, and ``infos[i]["terminal_observation"]`` holds the last one, wi
 terminated) so that SB3 bootstraps its value. ``infos[i]["episode"]`` carries
 ``{"r": return, "l": length}`` at an episode's end (what ``VecMonitor`` reports), and
 ``infos[i]["episode_metrics"]`` the harness's summary of that episode
-(``llmsched_gym.evaluation.metrics.summarize``: ``["classes"][cls]["ttft_mean"]``, ...),
+(``llmsched_gym.evaluation.metrics.summarize``: ``["classes"][cls]["ttft_mean"]``, ...; a
+``LazySummary``, summarized when first read),
 un-batched from the vector env's ``info["final_info"]["episode"]["metrics"]`` (only for
 the sub-environments whose episode ended; absent if the vector env does not report it).
 Action masks for sb3-contrib's ``MaskablePPO``: ``venv.action_masks()`` and
@@ -24,6 +25,7 @@ Action masks for sb3-contrib's ``MaskablePPO``: ``venv.action_masks()`` and
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -141,7 +143,7 @@ def unbatch_info(infos: dict, i: int) -> dict:
     return out
 
 
-def episode_metrics(infos: dict, i: int) -> "dict | None":
+def episode_metrics(infos: dict, i: int) -> "Mapping | None":
     """The harness summary of sub-environment ``i``'s finished episode, from a vector env's
     ``info["final_info"]["episode"]["metrics"]`` (``None`` if it is not there)."""
     fi = infos.get("final_info")
@@ -159,8 +161,8 @@ def episode_metrics(infos: dict, i: int) -> "dict | None":
     metrics = ep["metrics"]
     if isinstance(metrics, dict):
         return unbatch_info(metrics, i)
-    x = metrics[i]  # an object array of per-env dicts
-    return x if isinstance(x, dict) else None
+    x = metrics[i]  # an object array of per-env summaries (LazySummary: read on demand)
+    return x if isinstance(x, Mapping) else None
 
 
 def to_sb3_vec_env(env) -> Sb3VecEnv:

@@ -113,7 +113,8 @@ def _file_digest(p: Path) -> str:
 
 #: Cluster options added after capacities were first shipped, and their defaults.
 _CLUSTER_OPTION_DEFAULTS = {"cpu_kv_gb": 0.0, "cpu_link_gbps": None, "cpu_kv_events": True,
-                            "cpu_kv_shared": False}
+                            "cpu_kv_shared": False, "cold_start_s": None, "prefill_instances": 0,
+                            "kv_link": "rdma", "kv_link_gbps": None, "kv_link_latency_s": None}
 
 
 @dataclass
@@ -288,13 +289,15 @@ def list_scenarios() -> list[str]:
 _OVERRIDES = {"qps", "load", "paper_qps", "instances", "horizon_s", "router", "flow_control", "admission",
               "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "trace_path",
               "capacity_horizon_s", "duration_s", "num_requests", "cpu_kv_gb", "cpu_link_gbps", "cpu_kv_events",
-              "cpu_kv_shared"}
+              "cpu_kv_shared", "prefill_instances", "kv_link", "kv_link_gbps", "kv_link_latency_s", "pd"}
 #: make_scenario keywords: numeric rules (the rest are names, policies or paths).
 SCENARIO_OVERRIDE_RULES = {
     "qps": {"gt": 0}, "load": {"gt": 0}, "paper_qps": {"gt": 0},
     "instances": POSITIVE_INT, "horizon_s": {"gt": 0, "none_ok": True}, "capacity_horizon_s": {"gt": 0},
     "duration_s": {"gt": 0}, "num_requests": POSITIVE_INT, "scrape_interval_s": {"ge": 0},
     "cpu_kv_gb": {"ge": 0}, "cpu_link_gbps": {"gt": 0, "none_ok": True},
+    "prefill_instances": {"integer": True, "ge": 0}, "kv_link_gbps": {"gt": 0, "none_ok": True},
+    "kv_link_latency_s": {"ge": 0, "none_ok": True},
 }
 
 
@@ -305,11 +308,11 @@ def check_scenario_overrides(overrides: dict) -> None:
             continue  # not given
         if k in SCENARIO_OVERRIDE_RULES:
             check_number(k, v, **SCENARIO_OVERRIDE_RULES[k])
-        elif k in ("hardware", "model", "latency_model"):
+        elif k in ("hardware", "model", "latency_model", "kv_link"):
             check_name(k, v)
         elif k == "kv_blocks":
             check_kv_blocks(k, v)
-        elif k in ("router", "flow_control", "admission"):
+        elif k in ("router", "flow_control", "admission", "pd"):
             check_policy_ref(k, v, none_ok=k != "router")
         elif k == "trace_path":
             if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
@@ -322,8 +325,9 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
     Overrides: ``qps``, ``load``, ``paper_qps`` (rate; one at most), ``instances``,
     ``hardware``, ``model``, ``latency_model``, ``kv_blocks``, ``scrape_interval_s``,
     ``cpu_kv_gb``, ``cpu_link_gbps``, ``cpu_kv_events``, ``cpu_kv_shared`` (the CPU KV tier),
+    ``prefill_instances``, ``kv_link``, ``kv_link_gbps``, ``kv_link_latency_s`` (P/D pools and link),
     ``horizon_s``, ``duration_s`` / ``num_requests`` (synthetic window),
-    ``capacity_horizon_s``, ``router``, ``flow_control``, ``admission``, ``trace_path``.
+    ``capacity_horizon_s``, ``router``, ``flow_control``, ``admission``, ``pd``, ``trace_path``.
     """
     if isinstance(name, Scenario):
         sc = copy.deepcopy(name)
@@ -352,12 +356,13 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
         sc.qps = sc.load = sc.paper_qps = None
         setattr(sc, k, float(v))
     cluster_keys = {"instances", "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "cpu_kv_gb",
-                    "cpu_link_gbps", "cpu_kv_events", "cpu_kv_shared"}
+                    "cpu_link_gbps", "cpu_kv_events", "cpu_kv_shared", "prefill_instances", "kv_link", "kv_link_gbps",
+                    "kv_link_latency_s"}
     cl = {k: overrides.pop(k) for k in list(overrides) if k in cluster_keys}
     if cl:
         sc.cluster = replace(sc.cluster, **cl)
         sc.cluster.make_latency()  # validate names now, before any simulation
-    for k in ("router", "flow_control", "admission"):
+    for k in ("router", "flow_control", "admission", "pd"):
         if k in overrides:
             setattr(sc.gateway, k, overrides.pop(k))
     if "horizon_s" in overrides:
@@ -453,7 +458,8 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
         gw = gateway_from_yaml(gw, source)
     gw = _known(f"{source}.gateway", gw, {f.name for f in fields(GatewayConfig)} | {"epp_config"})
     gateway = _build(f"{source}.gateway", GatewayConfig, gw)
-    for role, key in (("routing", "router"), ("admission", "admission"), ("usage-limit", "flow_control")):
+    for role, key in (("routing", "router"), ("admission", "admission"), ("usage-limit", "flow_control"),
+                      ("pd", "pd")):
         spec = getattr(gateway, key)
         if spec is not None and spec != "external":
             try:

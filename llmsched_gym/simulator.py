@@ -12,12 +12,15 @@ how the Routing environment hands decisions to an agent.
 from __future__ import annotations
 
 import numbers
+import os
+import subprocess
+import sys
 import time as _time
 from dataclasses import dataclass, field, fields, is_dataclass
 
 import numpy as np
 
-from .engine import EngineConfig
+from .engine import EngineConfig, warmup
 from .engine.layout import (
     ADMIT_PY,
     BQ_HEAD,
@@ -29,6 +32,7 @@ from .engine.layout import (
     CF_F0,
     CF_NEXT_CYCLE,
     CF_NOW,
+    CF_PD0,
     CF_R0,
     CF_R1,
     CF_R2,
@@ -42,6 +46,9 @@ from .engine.layout import (
     CI_LAST_ROUTE,
     CI_LOG_FINISH,
     CI_LOG_LEN,
+    CI_NPREFILL,
+    CI_NSERVE,
+    CI_PD,
     CI_PENDING,
     CI_PTR,
     CI_ROUTER,
@@ -58,6 +65,7 @@ from .engine.layout import (
     RF_ENQUEUED,
     ROUTER_LLMD,
     ROUTER_LMETRIC,
+    ROUTER_LMETRIC_WEIGHTED,
     ROUTER_PY,
     ROUTER_SGLANG,
     ST_ADMIT,
@@ -82,7 +90,9 @@ UNLIMITED_BLOCKS = 2**40
 #: Ranges of the configs' numeric fields (:func:`~llmsched_gym.validation.check_number`
 #: keywords); the other fields are checked against their annotations.
 CLUSTER_RULES = {"instances": POSITIVE_INT, "tp": POSITIVE_INT, "gpu_memory_utilization": {"gt": 0, "le": 1},
-                 "scrape_interval_s": {"ge": 0}, "cpu_kv_gb": {"ge": 0}, "cpu_link_gbps": {"gt": 0, "none_ok": True}}
+                 "scrape_interval_s": {"ge": 0}, "cpu_kv_gb": {"ge": 0}, "cpu_link_gbps": {"gt": 0, "none_ok": True},
+                 "cold_start_s": {"ge": 0, "none_ok": True}, "prefill_instances": {"integer": True, "ge": 0},
+                 "kv_link_gbps": {"gt": 0, "none_ok": True}, "kv_link_latency_s": {"ge": 0, "none_ok": True}}
 ENGINE_RULES = {"max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT, "block_size": POSITIVE_INT,
                 "max_model_len": {"integer": True, "ge": 1, "none_ok": True}}
 GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": POSITIVE_INT, "dispatch_interval_s": {"gt": 0}}
@@ -115,13 +125,23 @@ def check_cluster(c, prefix: str = "cluster") -> None:
     check_fields(prefix, type(c), values, CLUSTER_RULES, skip=("engine", "kv_blocks"))
     check_kv_blocks(f"{prefix}.kv_blocks", c.kv_blocks)
     _check_engine(c.engine, f"{prefix}.engine")
+    if c.prefill_instances and c.prefill_instances >= c.instances:
+        raise invalid(f"{prefix}.prefill_instances", c.prefill_instances,
+                      f"it must leave a decode instance: an integer in [0, {c.instances - 1}] for {c.instances} "
+                      "instances (0: every instance aggregated)")
+    from .engine.hardware import get_kv_link
+
+    try:
+        get_kv_link(c.kv_link)
+    except ConfigError as e:
+        raise ConfigError(f"{prefix}.{e}") from None
 
 
 def check_gateway(g, prefix: str = "gateway") -> None:
     """A GatewayConfig: policies are names or objects, ranges from :data:`GATEWAY_RULES`."""
     values = {f.name: getattr(g, f.name) for f in fields(g)}
-    check_fields(prefix, type(g), values, GATEWAY_RULES, skip=("router", "admission", "flow_control"))
-    for k in ("router", "admission", "flow_control"):
+    check_fields(prefix, type(g), values, GATEWAY_RULES, skip=("router", "admission", "flow_control", "pd"))
+    for k in ("router", "admission", "flow_control", "pd"):
         check_policy_ref(f"{prefix}.{k}", values[k], none_ok=k != "router")
 
 
@@ -154,6 +174,17 @@ class ClusterConfig:
         cpu_kv_shared: one CPU tier for the whole cluster (a Mooncake store), of
             ``cpu_kv_gb`` per instance pooled, that every instance writes its evictions
             to and loads from; False: one tier per instance.
+        cold_start_s: seconds from starting an instance to its serving (autoscaling only:
+            :mod:`llmsched_gym.autoscaling`); None: the model x hardware preset
+            (``autoscaling.cold_start_preset``).
+        prefill_instances: P/D disaggregation: the first this many instances are the
+            prefill pool, the rest the decode pool; 0 (default): every instance is
+            aggregated. The gateway's ``pd`` policy decides per request
+            (docs/architecture.md, "Prefill/decode disaggregation").
+        kv_link: the link a prompt's KV moves over, prefill GPU to decode GPU, a preset of
+            ``engine.hardware.KV_LINKS``: ``nvlink``, ``rdma`` / ``infiniband``, ``ethernet``, ``tcp``.
+        kv_link_gbps: its bandwidth per GPU, GB/s; None: the preset's.
+        kv_link_latency_s: its fixed time per transfer, seconds; None: the preset's.
     """
 
     instances: int = 2
@@ -170,6 +201,11 @@ class ClusterConfig:
     cpu_link_gbps: float | None = None
     cpu_kv_events: bool = True
     cpu_kv_shared: bool = False
+    cold_start_s: float | None = None
+    prefill_instances: int = 0
+    kv_link: str = "rdma"
+    kv_link_gbps: float | None = None
+    kv_link_latency_s: float | None = None
 
     def __post_init__(self) -> None:
         check_cluster(self)  # types, ranges and the engine's fields
@@ -198,6 +234,20 @@ class ClusterConfig:
         gbps = self.cpu_link_gbps if self.cpu_link_gbps is not None else get_hardware(self.hardware).host_link_gbps
         return get_model(self.model).kv_bytes_per_token / (gbps * 1e3 * self.tp)  # 1 GB/s = 1e3 bytes/us
 
+    def kv_transfer_us_per_token(self) -> float:
+        """Microseconds to move one prompt token's KV from a prefill to a decode instance:
+        its bytes over the links of the instance's ``tp`` GPUs (each sends its own shard)."""
+        from .engine.hardware import get_kv_link, get_model
+
+        gbps = self.kv_link_gbps if self.kv_link_gbps is not None else get_kv_link(self.kv_link).gbps
+        return get_model(self.model).kv_bytes_per_token / (gbps * 1e3 * self.tp)  # 1 GB/s = 1e3 bytes/us
+
+    def kv_transfer_latency_s(self) -> float:
+        """Fixed seconds per KV transfer (``kv_link_latency_s`` or the link preset's)."""
+        from .engine.hardware import get_kv_link
+
+        return self.kv_link_latency_s if self.kv_link_latency_s is not None else get_kv_link(self.kv_link).latency_s
+
     def total_blocks(self) -> int:
         if self.kv_blocks == "unlimited":
             return UNLIMITED_BLOCKS
@@ -225,6 +275,9 @@ class GatewayConfig:
         saturation: the saturation detector (:class:`~llmsched_gym.gateway.saturation.SaturationConfig`
             or a mapping with its fields or llm-d's names); default llm-d's utilization
             detector (queue depth 5, KV utilization 0.8, metrics stale after 200 ms).
+        pd: the P/D decision (a ``pd``-role policy, ``baselines/pd.py``) of a cluster with a
+            prefill pool (``ClusterConfig.prefill_instances``); None: ``pd-always`` there,
+            nothing elsewhere.
     """
 
     router: object = "round-robin"
@@ -234,6 +287,7 @@ class GatewayConfig:
     band_capacity: int = 5000
     dispatch_interval_s: float = 0.001
     saturation: SaturationConfig | dict | None = None
+    pd: object = None
 
     def __post_init__(self) -> None:
         self.saturation = SaturationConfig.from_dict(self.saturation, "gateway.saturation")
@@ -299,15 +353,39 @@ class Simulator:
             self.inputs.cpu_visible = cluster.cpu_kv_events
             self.inputs.cpu_shared = cluster.cpu_kv_shared
         self._codes = lower_policies(self.router, self.flow, self.admission)
+        self.pd = self._pd_policy(cluster, gateway)
+        if self.pd is not None and self.pd.disaggregates:
+            self.inputs.prefill_instances = cluster.prefill_instances
+            self.inputs.kv_us_per_token = cluster.kv_transfer_us_per_token()
+            self.inputs.kv_latency_s = cluster.kv_transfer_latency_s()
         if self._codes.router == ROUTER_LLMD:  # its approximate prefix index runs in the kernel
             self.inputs.router_block_keys = (self.router.block_tokens, self.router.max_prefix_blocks)
         if self._codes.router == ROUTER_SGLANG:  # so does its cache tree
             self.inputs.router_block_keys = (self.router.block_tokens, 0)
-        if self._codes.router == ROUTER_LMETRIC and self.router.detector:  # so does its hotspot detector
+        if self._codes.router in (ROUTER_LMETRIC, ROUTER_LMETRIC_WEIGHTED) and self.router.detector:  # so does
+            # its hotspot detector
             st = self.router._settings
             self.inputs.prefix_classes = (st["prefix_blocks"], st["block_tokens"])
         if batch:
             SimulatorBatch([self])
+
+    def _pd_policy(self, cluster: ClusterConfig, gateway: GatewayConfig):
+        """The P/D decision policy (None: the cluster has no prefill pool), checked against
+        the cluster and the router."""
+        P = cluster.prefill_instances
+        if gateway.pd is None and not P:
+            return None
+        pd = make_policy("pd-always" if gateway.pd is None else gateway.pd, "pd")
+        if not P:
+            if pd.disaggregates:
+                raise ConfigError(f"gateway.pd={pd.name!r} disaggregates, but the cluster has no prefill pool: "
+                                  "set cluster.prefill_instances (>= 1), or use pd-aggregated")
+            return pd
+        if pd.disaggregates and self._codes.router == ROUTER_PY and not self.external_router:
+            raise ConfigError(f"P/D disaggregation (cluster.prefill_instances={P}) needs a compiled router or "
+                              f"an external one (an environment's agent); router {self.router.name!r} is a "
+                              "Python policy")
+        return pd
 
     def _attach(self, state: EngineState, c: int) -> None:
         """Start this simulation in slot ``c`` of a batched state (loaded with its inputs)."""
@@ -320,6 +398,11 @@ class Simulator:
             cf[CF_F0 + k, c] = v
         for row, v in zip((CF_A0, CF_A1, CF_A2, CF_A3), codes.admission_params):
             cf[row, c] = v
+        if ci[CI_NPREFILL, c]:
+            code, params = self.pd.compiled_form()
+            ci[CI_PD, c] = code
+            for k, v in enumerate(params):
+                cf[CF_PD0 + k, c] = float(v)
         self._python_router = codes.router == ROUTER_PY and not self.external_router
         I = self.cluster.instances
         self.view = RouterView(
@@ -346,10 +429,14 @@ class Simulator:
         self._ci, self._cf = state.clu_i[:, c], state.clu_f[:, c]  # this cluster's scalars (views)
         self.table = RequestTable(self.workload, self.cluster.engine.block_size, state, c)
         ii, inf = state.inst_i, state.inst_f
+        i1 = i0 + int(state.clu_i[CI_NSERVE, c])  # policies see the serving instances (all unless autoscaled)
         self.in_flight, self.queued_prefill = ii[II_INFLIGHT, i0:i1], ii[II_QPREFILL, i0:i1]
         self.kv_blocks = ii[II_TOTAL, i0:i1].copy()
         self._scrape_t = inf[IF_SCRAPE_T, i0:i1]
         v = self.view
+        v.num_instances = i1 - i0
+        if len(v.metrics_age_s) != i1 - i0:
+            v.metrics_age_s = np.zeros(i1 - i0)
         v.waiting, v.running, v.kv_util = ii[II_SCR_WAITING, i0:i1], ii[II_SCR_RUNNING, i0:i1], inf[IF_SCR_KV, i0:i1]
         v.in_flight, v.queued_prefill_tokens, v.kv_blocks = self.in_flight, self.queued_prefill, self.kv_blocks
 
@@ -460,6 +547,26 @@ class Simulator:
         """Per-band rejection probabilities of an externally set admission (Admission env)."""
         self.state.aprob[self.c, :len(self.band_priorities)] = probs
 
+    @property
+    def serving(self) -> int:
+        """Instances that take new requests: the first ``serving`` of the cluster (all of
+        them unless an autoscaler set fewer, :meth:`set_serving`)."""
+        return int(self._ci[CI_NSERVE])
+
+    def set_serving(self, n: int) -> None:
+        """Let routing choose among the first ``n`` instances only, from now on (an
+        autoscaler's serving fleet, :mod:`llmsched_gym.autoscaling`). The other instances
+        keep running and finishing the requests they hold; the saturation detector and
+        the policies' view cover the serving ones."""
+        I = self.cluster.instances
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= I:
+            raise ConfigError(f"serving instances {n!r} is invalid; it must be an integer in [1, {I}]")
+        if self._ci[CI_NPREFILL] and n != I:
+            raise ConfigError(f"serving instances {n!r}: a P/D cluster (cluster.prefill_instances="
+                              f"{int(self._ci[CI_NPREFILL])}) cannot be autoscaled; it serves all {I} instances")
+        self._ci[CI_NSERVE] = int(n)
+        self._bind(self.state, self.c)
+
     def request_info(self, r: int) -> RequestInfo:
         w = self.workload
         return RequestInfo(
@@ -470,8 +577,9 @@ class Simulator:
         )
 
     def prefix_hit_tokens(self, request: RequestInfo) -> np.ndarray:
-        """Precise prefix hit of ``request`` on every instance (cached prompt tokens)."""
-        return self.state.cached_tokens(self.c, self.r0 + request.id)
+        """Precise prefix hit of ``request`` on every serving instance (cached prompt tokens)."""
+        hit = self.state.cached_tokens(self.c, self.r0 + request.id)
+        return hit if len(hit) == self.serving else hit[:self.serving]
 
     def fits(self, r: int) -> np.ndarray:
         """Whether request ``r`` can ever run on each instance (else it would be dropped)."""
@@ -527,9 +635,11 @@ class Simulator:
             self._ci[CI_HAS_DECISION] = 1
 
     def _route_to(self, info: RequestInfo, choice, who: str) -> None:
-        I = self.cluster.instances
-        if isinstance(choice, (bool, np.bool_)) or not isinstance(choice, (int, np.integer)) or not 0 <= choice < I:
-            raise PolicyError(f"routing policy {who!r} returned {choice!r}; expected an instance index in [0, {I - 1}]")
+        I, P = self.serving, int(self._ci[CI_NPREFILL])
+        if isinstance(choice, (bool, np.bool_)) or not isinstance(choice, (int, np.integer)) or not P <= choice < I:
+            pool = f" (the decode pool: instances {P}..{I - 1} follow the prefill pool)" if P else ""
+            raise PolicyError(f"routing policy {who!r} returned {choice!r}; expected an instance index in "
+                              f"[{P}, {I - 1}]{pool}")
         i = int(choice)
         self._ci[CI_STATUS] = ST_TIME
         if self.state.dispatch_to(self.c, self.r0 + info.id, i) and self._ci[CI_LOG_FINISH]:
@@ -627,11 +737,30 @@ def simulate_batch(specs: list[dict]) -> list[Simulator]:
     return sims
 
 
+def _warm_up_simulator() -> Simulator:
+    w = Workload([0.0, 0.01], [64, 64], [4, 4], priority=[0, -1], hash_ids=[1, 2, 1, 3],
+                 hash_offsets=[0, 2, 4], hash_block_tokens=16)
+    return Simulator(w, ClusterConfig(instances=2, kv_blocks=100),
+                     GatewayConfig(router="jsq", flow_control="soft-reflective-ceiling"))
+
+
 def compile_kernels() -> None:
     """Compile (or load from numba's disk cache) the engine's kernels now, by simulating
     two requests. Worker pools call it first, so that their processes find the kernels
-    compiled (inherited or cached) instead of all compiling them at once."""
-    w = Workload([0.0, 0.01], [64, 64], [4, 4], priority=[0, -1], hash_ids=[1, 2, 1, 3],
-                 hash_offsets=[0, 2, 4], hash_block_tokens=16)
-    Simulator(w, ClusterConfig(instances=2, kv_blocks=100),
-              GatewayConfig(router="jsq", flow_control="soft-reflective-ceiling")).run()
+    compiled (inherited or cached) instead of all compiling them at once. On a cold cache
+    with two or more cores, a second process compiles part of the event loop meanwhile
+    (:mod:`llmsched_gym.engine.warmup`)."""
+    sim = _warm_up_simulator()
+    if (os.cpu_count() or 1) >= 2 and warmup.cache_is_cold():
+        child = subprocess.Popen([sys.executable, "-c", "from llmsched_gym.simulator import _compile_background; "
+                                  "_compile_background()"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            warmup.compile_subtrees(warmup.FOREGROUND, sim.state)
+        finally:
+            child.wait()
+    sim.run()
+
+
+def _compile_background() -> None:
+    """The second process of :func:`compile_kernels`."""
+    warmup.compile_subtrees(warmup.BACKGROUND, _warm_up_simulator().state)

@@ -30,6 +30,15 @@ def assert_accounting(sim) -> None:
     assert counts["in_flight"] >= not_arrived
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels():
+    """The engine's kernels compiled (or loaded from numba's cache) before the first test:
+    on a cold cache, in two processes (llmsched_gym.engine.warmup)."""
+    from llmsched_gym.simulator import compile_kernels
+
+    compile_kernels()
+
+
 #: PPO settings small enough for a test to train a few updates in seconds.
 TINY_PPO = dict(n_steps=64, batch_size=64, n_epochs=2)
 

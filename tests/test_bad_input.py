@@ -128,6 +128,12 @@ CLI_ROWS = [
         "policy 'soft-reflective-ceiling'", "period_scale=-2", ">= 0"),
     row("cpu-tier-negative", RUN + ["--cpu-kv-gb", "-1"], "cpu_kv_gb=-1", ">= 0"),
     row("policy-param-range-in-01", RUN + ["--router", "bailian:lam=2"], "policy 'bailian'", "lam=2", "[0, 1]"),
+    row("compare-scaler-unknown", ["compare", "--scenario", "diurnal-codegen", "--scaler", "nosuch"],
+        "unknown policy 'nosuch'", "hpa-kv"),
+    row("compare-scaler-range", ["compare", "--scenario", "diurnal-codegen", "--scaler", "hpa-kv:target=-1"],
+        "policy 'hpa-kv'", "target=-1"),
+    row("compare-scaler-wrong-role", ["compare", "--scenario", "diurnal-codegen", "--scaler", "jsq"],
+        "'routing' policy", "scaling"),
     # ---- flags that do not apply to the chosen source
     row("scenario-critical-share", RUN + ["--critical-share", "0.3"], "--critical-share=0.3", "only to --trace"),
     row("scenario-time-scale", RUN + ["--time-scale", "2"], "--time-scale=2", "only to --trace"),

@@ -176,6 +176,8 @@ EXPECTED = {
     "routing": {"random", "round-robin", "jsq", "vllm-dp", "least-tokens", "llm-d", "llm-d-predicted-latency",
                 "bailian", "bailian-sampling", "dynamo", "aibrix", "sglang-cache-aware", "lmetric",
                 "lmetric-no-detector", "preble", "polyserve"},
+    "scaling": {"fixed", "hpa-kv", "hpa-queue", "queue-aware"},
+    "pd": {"pd-aggregated", "pd-always", "pd-llmd", "pd-dynamo"},
 }
 
 

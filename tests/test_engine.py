@@ -210,3 +210,31 @@ def test_hashed_prefix_tables_simulate_as_direct_ones(monkeypatch, router):
     assert (direct_sim.table.prefix_hit > 0).any()
     for a, b in zip(direct, got):
         np.testing.assert_array_equal(a, b)
+
+
+_COLD_COMPILE = """
+from llmsched_gym.engine import kernel, warmup
+from llmsched_gym.simulator import _warm_up_simulator, compile_kernels
+assert warmup.cache_is_cold()
+compile_kernels()
+state = _warm_up_simulator().state
+for name in warmup.BACKGROUND + warmup.FOREGROUND:
+    fn = getattr(kernel, name)
+    assert fn.signatures == [warmup.signature(name, state)], (name, fn.signatures)
+    assert len(fn._cache._cache_file._load_index()) == 1, name  # the event loop used the precompiled one
+assert not warmup.cache_is_cold()
+"""
+
+
+@pytest.mark.slow
+def test_cold_compile_in_two_processes_is_what_the_event_loop_uses(tmp_path):
+    """On an empty numba cache, the subtrees compiled by the second process and by this
+    one have exactly the types the event loop calls them with: the event loop's compile
+    loads them from the cache instead of compiling its own (about 80 s of compilation)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    run = subprocess.run([sys.executable, "-c", _COLD_COMPILE], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]

@@ -270,3 +270,23 @@ def test_percentiles_equal_numpys_bit_for_bit():
             assert np.array_equal(percentiles(x), np.percentile(x, PERCENTILES)), n
     x = np.array([1.0, np.nan, 2.0])
     assert np.isnan(percentiles(x)).all() and np.isnan(np.percentile(x, PERCENTILES)).all()
+
+
+def test_lazy_summary_keeps_the_episode_after_its_slot_is_reused():
+    """A LazySummary taken when an episode ends reads, whenever it is first read, the
+    summary of that episode, although the next run in the same slot of the shared state
+    has overwritten its records; and it reads like the summary's dict."""
+    from llmsched_gym import SimulatorBatch, make_scenario
+    from llmsched_gym.evaluation.metrics import LazySummary, summarize
+
+    sc = make_scenario("codegen", qps=12.0)
+    sims = [sc.simulator(s, router="jsq", horizon_s=20.0, batch=False) for s in (0, 1)]
+    batch = SimulatorBatch(sims, slack=1.5).run()
+    expected, lazy = summarize(sims[0]), LazySummary(sims[0])
+    nxt, state = sc.simulator(5, router="jsq", horizon_s=20.0, batch=False), batch.state
+    batch.replace(0, nxt)
+    assert batch.state is state  # reloaded in place, not regrown
+    batch.run()
+    assert summarize(nxt) != expected  # the slot now holds another run
+    assert lazy == expected and dict(lazy) == expected and lazy["classes"]["all"] == expected["classes"]["all"]
+    assert len(lazy) == len(expected) and list(lazy) == list(expected)

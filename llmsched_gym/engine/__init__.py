@@ -5,7 +5,8 @@
 * :mod:`.kernel` - the numba event loop over that state;
 * :mod:`.steptime` - the step-time models lowered to compiled arithmetic;
 * :mod:`.units` - prefix units and their dense keys;
-* :mod:`.policies` - which gateway policies run in the kernel.
+* :mod:`.policies` - which gateway policies run in the kernel;
+* :mod:`.warmup` - compiling the event loop in two processes on a cold cache.
 """
 
 from .config import EngineConfig

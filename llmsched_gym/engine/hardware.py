@@ -122,6 +122,53 @@ HARDWARE: dict[str, Hardware] = {
     )
 }
 
+@dataclass(frozen=True)
+class KVLink:
+    """The link a P/D cluster moves a prompt's KV over, prefill GPU to decode GPU.
+
+    Attributes:
+        name: preset name.
+        gbps: bandwidth per GPU and direction, GB/s (1e9 bytes/s); each GPU of a TP group
+            sends its own shard.
+        latency_s: fixed time per transfer (the decode side's read request and its
+            completion notice), seconds.
+    """
+
+    name: str
+    gbps: float
+    latency_s: float
+
+
+#: KV transfer links. Bandwidths: NVLink 4 on H100 / H200, 900 GB/s bidirectional = 450 GB/s
+#: per direction (NVIDIA's H100 datasheet); a 400 Gb/s InfiniBand / RoCE NIC per GPU
+#: (ConnectX-7), 50 GB/s; 100 Gb Ethernet, 12.5 GB/s; TCP without RDMA, 2 GB/s (llm-d's
+#: P/D guide measures 1-3 GB/s for NIXL's TCP fallback). The latencies are this
+#: package's order-of-magnitude assumptions for one NIXL read and its notification, not
+#: measurements: set ``kv_link_latency_s`` for a fabric you know.
+KV_LINKS: dict[str, KVLink] = {
+    link.name: link
+    for link in (
+        KVLink("nvlink", gbps=450.0, latency_s=10e-6),
+        KVLink("rdma", gbps=50.0, latency_s=20e-6),
+        KVLink("infiniband", gbps=50.0, latency_s=20e-6),
+        KVLink("ethernet", gbps=12.5, latency_s=50e-6),
+        KVLink("tcp", gbps=2.0, latency_s=200e-6),
+    )
+}
+
+
+def get_kv_link(name: str) -> KVLink:
+    """KV link preset by name (case-insensitive).
+
+    Raises:
+        ConfigError: unknown name; the message lists the known presets.
+    """
+    link = KV_LINKS.get(str(name).strip().lower())
+    if link is None:
+        raise ConfigError(f"kv_link={name!r} is not known; known: {', '.join(KV_LINKS)}")
+    return link
+
+
 MODELS: dict[str, ModelConfig] = {
     m.name: m
     for m in (

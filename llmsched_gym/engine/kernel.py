@@ -46,6 +46,8 @@ from .layout import (
     CF_NEXT_CYCLE,
     CF_NEXT_SCRAPE,
     CF_NOW,
+    CF_PD0,
+    CF_PD1,
     CF_R0,
     CF_R1,
     CF_R2,
@@ -59,6 +61,8 @@ from .layout import (
     CF_SCRAPE_INT,
     CF_STATIONARY,
     CF_TTL,
+    CF_XFER_LAT,
+    CF_XFER_US,
     CI_ACTIVE,
     CI_ADMIT,
     CI_BAND_CAP,
@@ -79,6 +83,9 @@ from .layout import (
     CI_MAX_SEQS,
     CI_NBANDS,
     CI_NCLASSES,
+    CI_NPREFILL,
+    CI_NSERVE,
+    CI_PD,
     CI_PENDING,
     CI_PTR,
     CI_REQ0,
@@ -109,6 +116,7 @@ from .layout import (
     IF_CPU_LOAD_US,
     IF_LT_TOKENS,
     IF_NEXT_T,
+    IF_ROUTE_W,
     IF_SCR_KV,
     IF_SCRAPE_T,
     II_ANON_FRONT,
@@ -153,6 +161,12 @@ from .layout import (
     IX_PREV,
     N_EN,
     N_RUN,
+    PD_ARRIVED,
+    PD_DECIDE_ALWAYS,
+    PD_DECIDE_LLMD,
+    PD_DECODE,
+    PD_PREFILL,
+    PD_TRANSFER,
     REJECTED,
     RF_ARRIVAL,
     RF_DELAY,
@@ -163,11 +177,13 @@ from .layout import (
     RF_FINISH_DELAY,
     RF_FIRST,
     RF_SENT,
+    RF_TRANSFER,
     RI_BAND,
     RI_BK0,
     RI_BK1,
     RI_CLASS,
     RI_CPU_HIT,
+    RI_DECODE,
     RI_GENERATED,
     RI_HELD,
     RI_INPUT,
@@ -175,6 +191,8 @@ from .layout import (
     RI_NEXT,
     RI_OUTCOME,
     RI_OUTPUT,
+    RI_PD,
+    RI_PD_PRIVATE,
     RI_PREEMPTIONS,
     RI_PREFILL_EST,
     RI_PREFIX_HIT,
@@ -190,6 +208,7 @@ from .layout import (
     ROUTER_LEAST_TOKENS,
     ROUTER_LLMD,
     ROUTER_LMETRIC,
+    ROUTER_LMETRIC_WEIGHTED,
     ROUTER_POLYSERVE,
     ROUTER_PREBLE,
     ROUTER_PREDICTED_LATENCY,
@@ -710,6 +729,8 @@ def _can_admit(req_i, unit_i, inst_i, ent, g, budget, bs, max_seqs):
     if inst_i[II_WQ_LEN, g] == 0 or budget <= 0 or inst_i[II_NRUN, g] >= max_seqs:
         return False
     r = inst_i[II_WQ_HEAD, g]
+    if req_i[RI_PD, r] == PD_ARRIVED:  # its prompt's KV arrived: blocks of its own for the prompt
+        return _cdiv(req_i[RI_INPUT, r], bs) <= inst_i[II_TOTAL, g] - inst_i[II_USED, g]
     hit, _, idle, _, cpu_blocks = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
     take = min(req_i[RI_INPUT, r] + req_i[RI_GENERATED, r] - hit, budget)
     return _cdiv(hit + take, bs) - hit // bs + cpu_blocks <= inst_i[II_TOTAL, g] - inst_i[II_USED, g] - idle
@@ -723,6 +744,11 @@ def _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget, bs, max_seqs):
     loaded = 0
     while inst_i[II_WQ_LEN, g] > 0 and inst_i[II_NRUN, g] < max_seqs and budget > 0:
         r = inst_i[II_WQ_HEAD, g]
+        if req_i[RI_PD, r] == PD_ARRIVED:
+            if not _admit_transferred(req_i, inst_i, ent, R, g, r, bs):
+                break
+            budget -= 1
+            continue
         hit, n_units, idle, n_cpu, cpu_blocks = _prefix_hit(req_i, unit_i, inst_i, ent, g, r)
         inp, gen = req_i[RI_INPUT, r], req_i[RI_GENERATED, r]
         take = min(inp + gen - hit, budget)
@@ -764,6 +790,30 @@ def _admit_waiting(req_i, unit_i, inst_i, ent, run, g, budget, bs, max_seqs):
         inst_i[II_NRUN, g] = j + 1
         budget -= take
     return loaded
+
+
+@njit(cache=True)
+def _admit_transferred(req_i, inst_i, ent, R, g, r, bs):
+    """Admit ``r``, at the head of decode instance ``g``'s queue with its prompt's KV just
+    transferred, if its blocks fit: the prompt counts as computed (no recompute, as a KV
+    connector's loaded tokens) in blocks of its own, except its last token, which this
+    iteration computes to sample the first output token (vLLM recomputes the last token
+    of a fully loaded prompt). Its full prompt units then join ``g``'s prefix cache, as
+    any prefill's do (vLLM caches the blocks a connector loaded)."""
+    inp = req_i[RI_INPUT, r]
+    new = _cdiv(inp, bs)
+    if new > inst_i[II_TOTAL, g] - inst_i[II_USED, g]:
+        return False
+    _allocate(inst_i, ent, g, new)
+    req_i[RI_HELD, r] = 0
+    req_i[RI_PD, r] = PD_DECODE
+    _wq_popleft(req_i, inst_i, g)
+    j = inst_i[II_NRUN, g]
+    R[RUN_ID, j], R[RUN_INP, j], R[RUN_OUT, j] = r, inp, req_i[RI_OUTPUT, r]
+    R[RUN_COMP, j], R[RUN_GEN, j], R[RUN_SHARED, j] = inp - 1, 0, 0
+    R[RUN_TAKE, j], R[RUN_DECODE, j] = 1, 0
+    inst_i[II_NRUN, g] = j + 1
+    return True
 
 
 @njit(cache=True)
@@ -928,7 +978,7 @@ def _final(req_i, req_f, r, t, outcome):
 
 
 @njit(cache=True)
-def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, g):
+def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, heap_t, heap_r, g):
     """Apply the iteration or segment of ``g`` ending now, then plan the next."""
     c = inst_i[II_CLUSTER, g]
     bs = clu_i[CI_BS, c]
@@ -954,14 +1004,19 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
         for j in range(n):
             R[RUN_COMP, j] += R[RUN_TAKE, j]
             emit = R[RUN_COMP, j] == R[RUN_INP, j] + R[RUN_GEN, j]
+            done = False
             if emit:
                 R[RUN_GEN, j] += 1
                 if R[RUN_GEN, j] == 1:  # prefill done: first token
                     r = R[RUN_ID, j]
-                    req_f[RF_FIRST, r] = t + ftd
                     inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]
                     req_i[RI_PREFILL_EST, r] = 0
-            R[RUN_DONE, j] = 1 if (emit and R[RUN_GEN, j] >= R[RUN_OUT, j]) else 0
+                    if req_i[RI_PD, r] == PD_PREFILL:  # P/D: its KV goes to the decode instance; this
+                        done = True  # token is not sent (the prefill request has max_tokens=1)
+                    else:
+                        req_f[RF_FIRST, r] = t + ftd
+                done = done or R[RUN_GEN, j] >= R[RUN_OUT, j]
+            R[RUN_DONE, j] = 1 if done else 0
             any_done |= R[RUN_DONE, j] == 1
             if R[RUN_PREFILL, j]:
                 _register_units(req_i, unit_i, inst_i, ent, R, g, j)
@@ -975,6 +1030,10 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                 keep += 1
                 continue
             r = R[RUN_ID, j]
+            if req_i[RI_PD, r] == PD_PREFILL:
+                _send_kv(req_i, req_f, inst_i, clu_i, clu_f, heap_t, heap_r, c, g, r,
+                         (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j], t)
+                continue
             _release(req_i, unit_i, inst_i, ent, g, r, (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j])
             req_i[RI_GENERATED, r] = R[RUN_GEN, j]
             fin = t + req_f[RF_FINISH_DELAY, r]
@@ -1010,14 +1069,75 @@ def _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, 
             inst_f[IF_NEXT_T, g] = seg[g, k]
 
 
+# ===================================================================== P/D disaggregation
+@njit(cache=True)
+def _send_kv(req_i, req_f, inst_i, clu_i, clu_f, heap_t, heap_r, c, g, r, private, t):
+    """Disaggregated ``r`` finished its prefill on ``g`` at ``t``: its prompt's KV goes to
+    its decode instance over the link (``prompt x kv_bytes_per_token / bandwidth +
+    latency``), an event in the cluster's heap. Its blocks (``private`` of its own, and its
+    prompt units) stay held on ``g`` until the transfer is done (vLLM's KV connector frees
+    them when the decode side has read them)."""
+    req_i[RI_PD_PRIVATE, r] = private
+    req_i[RI_GENERATED, r] = 0  # the decode instance samples the first output token
+    req_i[RI_PD, r] = PD_TRANSFER
+    inst_i[II_INFLIGHT, g] -= 1  # the gateway counts it on its decode instance from now on
+    xfer = req_i[RI_INPUT, r] * clu_f[CF_XFER_US, c] * 1e-6 + clu_f[CF_XFER_LAT, c]
+    req_f[RF_TRANSFER, r] = xfer
+    _heap_push(heap_t, heap_r, clu_i, c, t + xfer, r)
+
+
+@njit(cache=True)
+def _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, c, r, t):
+    """``r``'s KV transfer is done at ``t``: the prefill instance frees its blocks, and
+    ``r`` joins its decode instance's queue (admitted by :func:`_admit_transferred`)."""
+    i0 = clu_i[CI_INST0, c]
+    p = i0 + req_i[RI_INSTANCE, r]
+    _release(req_i, unit_i, inst_i, ent, p, r, req_i[RI_PD_PRIVATE, r])
+    req_i[RI_PD_PRIVATE, r] = 0
+    # Freed blocks may let an idle prefill instance admit what waits (a prefill instance
+    # never runs a decode segment: its requests leave at their first token).
+    if inst_f[IF_NEXT_T, p] == np.inf and inst_i[II_WQ_LEN, p]:
+        _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, p, t)
+    req_i[RI_PD, r] = PD_ARRIVED
+    d = i0 + req_i[RI_DECODE, r]
+    inst_i[II_PENDING, d] += 1  # counted off by _enqueue
+    _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, d, r, t)
+
+
+@njit(cache=True)
+def _pool_mean(per, n, n_prefill):
+    """Saturation of a P/D cluster from per-instance values: the larger of the prefill
+    pool's mean and the decode pool's (llm-d: the most saturated pool gates flow control)."""
+    return max(pairwise_sum(per, 0, n_prefill) / n_prefill,
+               pairwise_sum(per, n_prefill, n - n_prefill) / (n - n_prefill))
+
+
+@njit(cache=True)
+def _disaggregate(req_i, inst_i, clu_i, clu_f, c, r, uncached):
+    """The compiled P/D decision for ``r`` (``uncached``: its prompt tokens not cached on
+    the decode instance the router chose; baselines/pd.py)."""
+    kind = clu_i[CI_PD, c]
+    if kind == PD_DECIDE_ALWAYS:
+        return True
+    if kind == PD_DECIDE_LLMD:  # llm-d's prefix-based decider: uncached >= threshold (0: always)
+        return clu_f[CF_PD0, c] <= 0 or uncached >= clu_f[CF_PD0, c]
+    # PD_DECIDE_DYNAMO: uncached > max_local_prefill_length and prefill queue < max_prefill_queue_size
+    i0 = clu_i[CI_INST0, c]
+    queue = 0
+    for g in range(i0, i0 + clu_i[CI_NPREFILL, c]):
+        queue += inst_i[II_WQ_LEN, g] + inst_i[II_PENDING, g]
+    return uncached > clu_f[CF_PD0, c] and queue < clu_f[CF_PD1, c]
+
+
 # ===================================================================== gateway
 @njit(cache=True)
 def scrape(run, inst_i, inst_f, seg, clu_i, clu_f, c, t):
     """Refresh cluster ``c``'s scraped metrics and the utilization saturation detector:
-    ``mean_i max(waiting_i / 5, kv_util_i / 0.8)``."""
+    ``mean_i max(waiting_i / 5, kv_util_i / 0.8)`` over the serving instances (all are scraped)."""
     i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    n = clu_i[CI_NSERVE, c]
     bs = clu_i[CI_BS, c]
-    per = np.empty(i1 - i0)
+    per = np.empty(n)
     for g in range(i0, i1):
         w = inst_i[II_WQ_LEN, g] + inst_i[II_PENDING, g]
         inst_i[II_SCR_WAITING, g] = w
@@ -1025,8 +1145,12 @@ def scrape(run, inst_i, inst_f, seg, clu_i, clu_f, c, t):
         kv = kv_used_at(run, inst_i, seg, g, bs, t) / inst_i[II_TOTAL, g]
         inst_f[IF_SCR_KV, g] = kv
         inst_f[IF_SCRAPE_T, g] = t
-        per[g - i0] = max(w / clu_f[CF_SAT_QUEUE, c], kv / clu_f[CF_SAT_KV, c])
-    clu_f[CF_SATURATION, c] = pairwise_sum(per, 0, i1 - i0) / (i1 - i0)
+        if g - i0 < n:
+            per[g - i0] = max(w / clu_f[CF_SAT_QUEUE, c], kv / clu_f[CF_SAT_KV, c])
+    if clu_i[CI_NPREFILL, c]:
+        clu_f[CF_SATURATION, c] = _pool_mean(per, n, clu_i[CI_NPREFILL, c])
+    else:
+        clu_f[CF_SATURATION, c] = pairwise_sum(per, 0, n) / n
 
 
 @njit(cache=True)
@@ -1039,13 +1163,21 @@ def saturation_now(inst_i, inst_f, clu_i, clu_f, c):
     uncomputed prompt tokens over the instances' capacity.
     """
     kind = clu_i[CI_SAT_KIND, c]
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
     if kind == SAT_UTILIZATION:
         if clu_f[CF_SCRAPE_INT, c] > 0 and clu_f[CF_NOW, c] - inst_f[IF_SCRAPE_T, i0] > clu_f[CF_SAT_STALE, c]:
             return 1.0
         return clu_f[CF_SATURATION, c]
     max_req, max_tok = clu_f[CF_SAT_MAX_REQ, c], clu_f[CF_SAT_MAX_TOK, c]
+    n_prefill = clu_i[CI_NPREFILL, c]
+    if n_prefill:
+        per = np.empty(n)
+        for g in range(i0, i1):
+            inflight, queued = inst_i[II_INFLIGHT, g] / max_req, inst_i[II_QPREFILL, g] / max_tok
+            per[g - i0] = inflight if kind == SAT_REQUESTS else queued if kind == SAT_TOKENS else max(inflight, queued)
+        return _pool_mean(per, n, n_prefill)
     if kind == SAT_REQUESTS:
         return inst_i[II_INFLIGHT, i0:i1].sum() / (n * max_req)
     if kind == SAT_TOKENS:
@@ -1126,7 +1258,8 @@ def _prefill_time_s(kind, p, integer_us, budget, tokens, prompt_len, n_decode, c
 def _predicted_latency(req_i, inst_i, inst_f, unit_i, ent, clu_i, lat_p, c, r):
     """(TTFT, TPOT) predicted for request ``r`` on each instance with the cluster's
     step-time model, from the router's signals (baselines/routing/predict.ttft_s, tpot_s)."""
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     kind, integer_us, p = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c], lat_p[c]
     bs, budget, inp = clu_i[CI_BS, c], clu_i[CI_BUDGET, c], req_i[RI_INPUT, r]
     ttft, tpot = np.empty(i1 - i0), np.empty(i1 - i0)
@@ -1147,7 +1280,8 @@ def _route_preble(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, lat_p, win_t
     the longest cached prefix above the hit threshold, else explore the lowest predicted
     prefill + decode-load cost. Its recent TPOT predictions (for the median estimate) are
     a ring in ``win_t`` over the cluster's request slots (one per routed request at most)."""
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
     kind, integer_us, p = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c], lat_p[c]
     bs, budget, inp = clu_i[CI_BS, c], clu_i[CI_BUDGET, c], req_i[RI_INPUT, r]
@@ -1185,7 +1319,8 @@ def _route_preble(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, lat_p, win_t
 def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
            r):
     """A compiled router's choice (local instance index) for request ``r``."""
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n_inst = i1 - i0
     kind = clu_i[CI_ROUTER, c]
     if kind == ROUTER_ROUND_ROBIN:
@@ -1200,8 +1335,9 @@ def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, wi
         return _argmin_random(clu_f[CF_R0, c] * inst_i[II_SCR_WAITING, i0:i1] + inst_i[II_SCR_RUNNING, i0:i1], rng)
     if kind == ROUTER_LEAST_TOKENS:  # lowest index among the minima
         return np.argmin(inst_f[IF_LT_TOKENS, i0:i1])
-    if kind == ROUTER_LMETRIC:
-        return _route_lmetric(req_i, inst_i, unit_i, ent, clu_i, clu_f, win_t, win_c, ccount, c, r)
+    if kind == ROUTER_LMETRIC or kind == ROUTER_LMETRIC_WEIGHTED:
+        return _route_lmetric(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, win_t, win_c, ccount, c, r,
+                              kind == ROUTER_LMETRIC_WEIGHTED)
     if kind == ROUTER_BAILIAN or kind == ROUTER_AIBRIX:
         return _route_cache_aware(req_i, inst_i, unit_i, ent, clu_i, clu_f, rng, c, r, kind)
     if kind == ROUTER_DYNAMO:
@@ -1242,11 +1378,13 @@ def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, wi
 
 
 @njit(cache=True)
-def _route_lmetric(req_i, inst_i, unit_i, ent, clu_i, clu_f, win_t, win_c, ccount, c, r):
+def _route_lmetric(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, win_t, win_c, ccount, c, r, weighted):
     """LMetric: min ``(queued prefill + uncached tokens) x (in flight + 1)``, lowest index on
     ties; with the hotspot detector, a request of a hotspot class avoids the instances
-    that cache its prefix (baselines/routing/lmetric.py, hotspot.py)."""
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    that cache its prefix (baselines/routing/lmetric.py, hotspot.py). ``weighted``
+    (ROUTER_LMETRIC_WEIGHTED, Gateway-v0): each score times its instance's ``IF_ROUTE_W``."""
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
     inp = req_i[RI_INPUT, r]
     hits = np.empty(n, np.int64)
@@ -1255,6 +1393,8 @@ def _route_lmetric(req_i, inst_i, unit_i, ent, clu_i, clu_f, win_t, win_c, ccoun
         g = i0 + i
         hits[i] = cached_tokens(req_i, unit_i, inst_i, ent, g, r)
         score[i] = float(inst_i[II_QPREFILL, g] + max(0, inp - hits[i])) * (inst_i[II_INFLIGHT, g] + 1)
+        if weighted:
+            score[i] *= inst_f[IF_ROUTE_W, g]
     if clu_f[CF_R0, c] > 0 and _hotspot(req_i, clu_i, clu_f, win_t, win_c, ccount, c, r, hits):
         for i in range(n):
             if hits[i] > 0:
@@ -1267,7 +1407,8 @@ def _route_cache_aware(req_i, inst_i, unit_i, ent, clu_i, clu_f, rng, c, r, kind
     """Bailian (``lam (1 - hit) + (1 - lam) norm(in flight)``, lowest index on ties) and
     AIBrix (least-request when imbalanced, else the best prefix share among instances
     loaded at most mean + std_factor x std); baselines/routing/bailian.py, aibrix.py."""
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
     inp = req_i[RI_INPUT, r]
     load = np.empty(n)
@@ -1308,7 +1449,8 @@ def _route_dynamo(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rng, c, r):
     """Dynamo: ``cost = w x prefill_blocks + decode_blocks``; temperature 0: the argmin,
     random ties; temperature T > 0: drawn with probability ``softmax(-norm(cost) / T)`` as
     ``rng.choice(n, p=p / p.sum())`` does (baselines/routing/dynamo.py)."""
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
     bs = clu_i[CI_BS, c]
     inp = req_i[RI_INPUT, r]
@@ -1334,7 +1476,8 @@ def _route_sglang(req_i, inst_i, unit_i, ent, clu_i, clu_f, c, r):
     """SGLang cache-aware: least load when imbalanced, else the deepest precise match if its
     rate beats the threshold, else the smallest router-side cache tree; lowest-index ties
     (baselines/routing/sglang.py; the tree is the block-key index ``ix``)."""
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
     lo = hi = inst_i[II_INFLIGHT, i0]
     for g in range(i0 + 1, i1):
@@ -1365,7 +1508,8 @@ def _route_bailian_sampling(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rn
     """Bailian weighted sampling: ``w = a norm(hit) + b (1 - norm(in flight)) + c (1 -
     norm(in-flight tokens))``, drawn as ``rng.choice(n, p=w / sum(w))`` does
     (baselines/routing/bailian.py)."""
-    i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+    i0 = clu_i[CI_INST0, c]
+    i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
     inp = req_i[RI_INPUT, r]
     hit = np.zeros(n)
@@ -1520,6 +1664,17 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
 
 
 @njit(cache=True)
+def dispatch_decided(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i):
+    """A routing decision made outside the kernel (a Python policy, an environment's
+    agent): send request ``r`` to local instance ``i``, on a P/D cluster its decode
+    instance (:func:`place_pd`); returns False if it was dropped."""
+    if clu_i[CI_NPREFILL, c]:
+        place_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
+        return req_i[RI_OUTCOME, r] != DROPPED
+    return dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
+
+
+@njit(cache=True)
 def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
               ccount, lat_p, rng, c, r):
     if clu_i[CI_ROUTER, c] == ROUTER_PY:  # decided outside: pause after this event
@@ -1527,9 +1682,54 @@ def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, h
         clu_i[CI_LAST_ROUTE, c] = r
         clu_i[CI_STATUS, c] = ST_ROUTE
         return
+    if clu_i[CI_NPREFILL, c]:
+        _dispatch_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
+                     ccount, lat_p, rng, c, r)
+        return
     i = _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
                r)
     dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
+
+
+@njit(cache=True)
+def _dispatch_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
+                 ccount, lat_p, rng, c, r):
+    """Dispatch on a P/D cluster, llm-d's pd-profile-handler order: the router picks the
+    decode instance among the decode pool; the P/D decision looks at the prompt tokens
+    not cached there; a disaggregated request goes to the prefill instance with the
+    fewest queued prefill tokens (lowest index on ties), the others run whole on the
+    decode instance. A request with one output token is never disaggregated."""
+    i0, n, n_prefill = clu_i[CI_INST0, c], clu_i[CI_NSERVE, c], clu_i[CI_NPREFILL, c]
+    clu_i[CI_INST0, c], clu_i[CI_NSERVE, c] = i0 + n_prefill, n - n_prefill  # the router sees the decode pool
+    d = n_prefill + _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount,
+                           lat_p, rng, c, r)
+    clu_i[CI_INST0, c], clu_i[CI_NSERVE, c] = i0, n
+    place_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, d)
+
+
+@njit(cache=True)
+def place_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, d):
+    """Request ``r`` of a P/D cluster whose decode instance is ``d`` (local index, in the
+    decode pool; the router's choice, or an external one): the P/D decision, then the
+    dispatch (see :func:`_dispatch_pd`)."""
+    i0, n_prefill = clu_i[CI_INST0, c], clu_i[CI_NPREFILL, c]
+    uncached = req_i[RI_INPUT, r] - cached_tokens(req_i, unit_i, inst_i, ent, i0 + d, r)
+    if req_i[RI_OUTPUT, r] < 2 or not _disaggregate(req_i, inst_i, clu_i, clu_f, c, r, uncached):
+        dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, d)
+        return
+    p = np.argmin(inst_i[II_QPREFILL, i0:i0 + n_prefill])
+    if not dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, p):
+        return
+    req_i[RI_PD, r] = PD_PREFILL
+    req_i[RI_DECODE, r] = d
+    g = i0 + d
+    inst_i[II_INFLIGHT, g] += 1  # in flight on both until its prefill ends
+    router = clu_i[CI_ROUTER, c]
+    if router == ROUTER_LEAST_TOKENS or router == ROUTER_BAILIAN_SAMPLING:  # the router's books: on d
+        inst_f[IF_LT_TOKENS, i0 + p] -= req_f[RF_SENT, r]
+        inst_f[IF_LT_TOKENS, g] += req_f[RF_SENT, r]
+    elif router == ROUTER_LLMD or router == ROUTER_SGLANG:
+        _ix_insert(req_i, inst_i, clu_f, bkey, ix, c, g, r)
 
 
 @njit(cache=True)
@@ -1548,7 +1748,8 @@ def _admit(req_i, inst_i, inst_f, clu_i, clu_f, aprob, rng, c, r):
         # metrics, mean(max(waiting / q, kv / kv_threshold)) (no staleness rule).
         if req_i[RI_PRIORITY, r] >= 0:
             return True
-        i0, i1 = clu_i[CI_INST0, c], clu_i[CI_INST1, c]
+        i0 = clu_i[CI_INST0, c]
+        i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
         per = np.empty(i1 - i0)
         for g in range(i0, i1):
             per[g - i0] = max(inst_i[II_SCR_WAITING, g] / clu_f[CF_A2, c], inst_f[IF_SCR_KV, g] / clu_f[CF_A3, c])
@@ -1738,10 +1939,14 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
         clu_f[CF_NOW, c] = t
         if t_elig == t:
             r = _heap_pop(heap_t, heap_r, clu_i, c)
-            _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p,
-                     i0 + req_i[RI_INSTANCE, r], r, t)
+            if req_i[RI_PD, r] == PD_TRANSFER:
+                _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, c, r, t)
+            else:
+                _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p,
+                         i0 + req_i[RI_INSTANCE, r], r, t)
         elif t_inst == t:
-            _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, g)
+            _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, heap_t, heap_r,
+                      g)
             if interval == 0:
                 scrape(run, inst_i, inst_f, seg, clu_i, clu_f, c, t)
         elif t_arr == t:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from ..workloads.workload import Workload
@@ -19,7 +21,9 @@ class RequestTable:
     ``finish_t``, ``end_t`` (time the outcome became final), ``prefix_hit`` (cached
     prompt tokens at first scheduling), ``cpu_hit`` (the part of them loaded from the CPU
     KV tier), ``scheduled_once``, ``preemptions``,
-    ``generated`` (output tokens emitted so far, kept across preemptions) and ``outcome``;
+    ``generated`` (output tokens emitted so far, kept across preemptions), ``outcome``,
+    and with P/D disaggregation ``decode_instance`` (-1: not disaggregated; ``instance`` is
+    then the prefill instance) and ``transfer_s`` (its KV transfer, nan if none);
     the workload's ``input``, ``output``, ``priority`` and ``arrival``. Views update as
     the simulation runs.
     """
@@ -30,7 +34,9 @@ class RequestTable:
             RF_END,
             RF_FINISH,
             RF_FIRST,
+            RF_TRANSFER,
             RI_CPU_HIT,
+            RI_DECODE,
             RI_GENERATED,
             RI_INSTANCE,
             RI_OUTCOME,
@@ -60,6 +66,17 @@ class RequestTable:
         self.first_token_t = rf[RF_FIRST, r0:r1]
         self.finish_t = rf[RF_FINISH, r0:r1]
         self.end_t = rf[RF_END, r0:r1]
+        self.decode_instance = ri[RI_DECODE, r0:r1]
+        self.transfer_s = rf[RF_TRANSFER, r0:r1]
+
+    def detached(self) -> "RequestTable":
+        """A copy whose arrays are the records as they are now, no longer views of the
+        engine state (which the next run in the same slot overwrites)."""
+        out = copy.copy(self)
+        for k, v in vars(self).items():
+            if isinstance(v, np.ndarray):
+                setattr(out, k, v.copy())
+        return out
 
     @property
     def scheduled_once(self) -> np.ndarray:

@@ -34,6 +34,8 @@ from .layout import (
     CF_SAT_STALE,
     CF_SCRAPE_INT,
     CF_TTL,
+    CF_XFER_LAT,
+    CF_XFER_US,
     CI_BAND_CAP,
     CI_BS,
     CI_BUDGET,
@@ -46,6 +48,8 @@ from .layout import (
     CI_MAX_SEQS,
     CI_NBANDS,
     CI_NCLASSES,
+    CI_NPREFILL,
+    CI_NSERVE,
     CI_PENDING,
     CI_REQ0,
     CI_REQ1,
@@ -55,6 +59,7 @@ from .layout import (
     EN_PREV,
     IF_CPU_LOAD_US,
     IF_NEXT_T,
+    IF_ROUTE_W,
     II_ANON_FRONT,
     II_CLUSTER,
     II_CPU0,
@@ -98,10 +103,12 @@ from .layout import (
     RF_FINISH,
     RF_FINISH_DELAY,
     RF_FIRST,
+    RF_TRANSFER,
     RI_BAND,
     RI_BK0,
     RI_BK1,
     RI_CLASS,
+    RI_DECODE,
     RI_INPUT,
     RI_INSTANCE,
     RI_NEXT,
@@ -194,6 +201,9 @@ class ClusterInputs:
     cpu_load_us_per_token: float = 0.0  # time to load one token's KV from it
     cpu_visible: bool = True  # the precise prefix view counts its units
     cpu_shared: bool = False  # one tier for the cluster (cpu_blocks per instance, pooled)
+    prefill_instances: int = 0  # P/D disaggregation: the first ones are the prefill pool (0: off)
+    kv_us_per_token: float = 0.0  # P/D KV transfer: microseconds per prompt token over the link
+    kv_latency_s: float = 0.0  # and seconds per transfer
     units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
@@ -234,20 +244,24 @@ class EngineState:
         self.req_off, self.unit_off, self.ent_off, self.inst_off = off(0), off(1), off(2), off(3)
         self.bk_off, self.ix_off, self.cpu_off = off(4), off(5), off(6)
         self.bkey = np.zeros(int(self.bk_off[-1]), np.int64)
-        self.ix = np.zeros((N_IX, int(self.ix_off[-1])), np.int64)
         N, NI = int(self.req_off[-1]), int(self.inst_off[-1])
+        # The (field, item) arrays are in Fortran order: an item's fields sit side by side
+        # (a request's 20 in 160 bytes), as the event loop reads them. Row order put each
+        # field of a request on its own cache line: at 256 clusters the kernel took ~20%
+        # longer per step (benchmarks/env_speed.py).
+        self.ix = np.zeros((N_IX, int(self.ix_off[-1])), np.int64, order="F")
         self.num_bands, self.max_seqs = B, S = num_bands, max_seqs
-        self.req_i = np.zeros((N_RI, N), np.int64)
-        self.req_f = np.zeros((N_RF, N))
-        self.unit_i = np.zeros((N_U, int(self.unit_off[-1])), np.int64)
-        self.inst_i = np.zeros((N_II, NI), np.int64)
-        self.inst_f = np.zeros((N_IF, NI))
+        self.req_i = np.zeros((N_RI, N), np.int64, order="F")
+        self.req_f = np.zeros((N_RF, N), order="F")
+        self.unit_i = np.zeros((N_U, int(self.unit_off[-1])), np.int64, order="F")
+        self.inst_i = np.zeros((N_II, NI), np.int64, order="F")
+        self.inst_f = np.zeros((N_IF, NI), order="F")
         # Entry-major (one entry, one cache line): every GPU table, then every CPU tier table.
         self.ent = np.zeros((int(self.ent_off[-1] + self.cpu_off[-1]), N_EN), np.int64)
         self.run = np.zeros((NI, N_RUN, S), np.int64)
         self.seg = np.zeros((NI, SEGMENT_CHUNK))
-        self.clu_i = np.zeros((N_CI, C), np.int64)
-        self.clu_f = np.zeros((N_CF, C))
+        self.clu_i = np.zeros((N_CI, C), np.int64, order="F")
+        self.clu_f = np.zeros((N_CF, C), order="F")
         self.bq = np.zeros((3, C, B), np.int64)
         self.ceil_ext = np.ones((C, B))
         self.aprob = np.zeros((C, B))
@@ -396,6 +410,7 @@ class EngineState:
         ri[RI_UNIT1, r0:r1] = uoff[1:] + u0
         ri[RI_INSTANCE, r0:r1] = -1
         ri[RI_NEXT, r0:r1] = -1
+        ri[RI_DECODE, r0:r1] = -1
         if not fresh:
             rf[:, r0:int(self.req_off[c + 1])] = 0.0
         ri[RI_CLASS, r0:r1] = -1
@@ -406,7 +421,7 @@ class EngineState:
         if not fresh:
             self.ccount[r0:int(self.req_off[c + 1])] = 0
         rf[RF_ARRIVAL, r0:r1] = w.arrival_s
-        for f in (RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED):
+        for f in (RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED, RF_TRANSFER):
             rf[f, r0:r1] = np.nan
         # Per-request overheads, elementwise as the step-time model prices them.
         rf[RF_DELAY, r0:r1] = x.latency.arrival_delay_us(w.input_tokens) * 1e-6
@@ -455,6 +470,7 @@ class EngineState:
         self.inst_f[:, i0:i1] = 0.0
         self.inst_f[IF_NEXT_T, i0:i1] = np.inf
         self.inst_f[IF_CPU_LOAD_US, i0:i1] = x.cpu_load_us_per_token
+        self.inst_f[IF_ROUTE_W, i0:i1] = 1.0  # ROUTER_LMETRIC_WEIGHTED: LMetric until set
         if not fresh:
             self.run[i0:i1] = 0
 
@@ -462,6 +478,9 @@ class EngineState:
         ci[:, c] = 0
         cf[:, c] = 0.0
         ci[CI_REQ0, c], ci[CI_REQ1, c], ci[CI_INST0, c], ci[CI_INST1, c] = r0, r1, i0, i1
+        ci[CI_NSERVE, c] = i1 - i0
+        ci[CI_NPREFILL, c] = x.prefill_instances
+        cf[CF_XFER_US, c], cf[CF_XFER_LAT, c] = x.kv_us_per_token, x.kv_latency_s
         ci[CI_NBANDS, c] = x.num_bands
         ci[CI_NCLASSES, c] = n_classes
         ci[CI_LAST_ROUTE, c] = -1
@@ -512,9 +531,10 @@ class EngineState:
         return float(kernel.saturation_now(self.inst_i, self.inst_f, self.clu_i, self.clu_f, c))
 
     def dispatch_to(self, c: int, r: int, i: int) -> bool:
-        """Send global request ``r`` of cluster ``c`` to its local instance ``i``; False if dropped."""
-        return kernel.dispatch_to(self.req_i, self.req_f, self.unit_i, self.inst_i, self.inst_f, self.ent,
-                                  self.clu_i, self.clu_f, self.heap_t, self.heap_r, self.bkey, self.ix, c, r, i)
+        """Send global request ``r`` of cluster ``c`` to its local instance ``i`` (on a P/D
+        cluster: its decode instance); False if dropped."""
+        return kernel.dispatch_decided(self.req_i, self.req_f, self.unit_i, self.inst_i, self.inst_f, self.ent,
+                                       self.clu_i, self.clu_f, self.heap_t, self.heap_r, self.bkey, self.ix, c, r, i)
 
     def cached_tokens(self, c: int, r: int) -> np.ndarray:
         """Cached prompt tokens of global request ``r`` on each instance of cluster ``c``."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import ConfigError
 from ..gateway.policy import Policy, make_policy
 from ..gateway.view import RequestInfo
+from .core import ENV_NAMES
 
 _ROLES = {"routing": "routing", "flow_control": "usage-limit", "admission": "admission"}
 
@@ -29,6 +31,9 @@ class BaselineAgent:
       (the simulator's own flow control evaluates it every dispatch cycle).
     * Admission: for each sheddable band, rejection probability 1 if the policy would
       reject a request of that band now, else 0.
+    * Gateway: ``policy="centre"`` (the only choice) takes the centre action every
+      interval, which is the environment's base combination of policies (its ``router``,
+      ``flow_control`` and ``admission`` keywords; see :class:`~.gateway.GatewayEnv`).
 
     Create the agent before ``env.reset()`` (it attaches to every later episode).
     """
@@ -36,6 +41,12 @@ class BaselineAgent:
     def __init__(self, policy: "str | Policy", env):
         self.env = env.unwrapped
         self.kind = self.env.kind
+        if self.kind not in _ROLES:  # a joint environment: its centre action is the baseline
+            if policy != "centre":
+                raise ConfigError(f"BaselineAgent on llmsched/{ENV_NAMES.get(self.kind, self.kind)}-v0 takes "
+                                  f"policy='centre' (the environment's base combination), got {policy!r}")
+            self.policy = None
+            return
         self.policy = make_policy(policy, _ROLES[self.kind])
         driver = self.env.driver
         driver.observer = self.policy
@@ -45,6 +56,8 @@ class BaselineAgent:
 
     def act(self, obs=None, info=None):
         setup = self.env.setup
+        if self.policy is None:
+            return setup.centre.copy()
         sim = self.env.simulator
         view = sim.current_view()
         if self.kind == "routing":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from .core import check_workload_seed, draw_workload_seed, make_setup
+from .core import make_setup, single_reset_workload_seed
 from .vector import VECTOR_ENVS
 
 
@@ -31,11 +31,7 @@ class LLMSchedEnv(gym.Env):
     # ------------------------------------------------------------------ gym API
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        options = dict(options or {})
-        ws = options.pop("workload_seed", None)
-        if options:
-            raise ValueError(f"unknown reset option(s) {sorted(options)}; allowed: workload_seed")
-        ws = draw_workload_seed(self.np_random) if ws is None else check_workload_seed(ws)
+        ws = single_reset_workload_seed(self.np_random, options)
         self._vec._rngs[0] = self.np_random
         obs, infos = self._vec.reset(options={"workload_seed": ws})
         self.driver.over = False
@@ -56,7 +52,8 @@ class LLMSchedEnv(gym.Env):
         terminated, truncated = bool(term[0]), bool(trunc[0])
         if terminated or truncated:
             self.driver.over = True
-            info["episode"] = self._vec.last_final_info[0]["episode"]
+            info["episode"] = episode = dict(self._vec.last_final_info[0]["episode"])
+            episode["metrics"] = dict(episode["metrics"])  # a single env's user gets a plain dict
         self.driver._last_arrivals = self._vec._arrival_rate[0]
         return obs, float(rewards[0]), terminated, truncated, info
 

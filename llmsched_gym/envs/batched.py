@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from ..engine.borrow import borrowed
-from ..engine.kernel import advance, cached_tokens, dispatch_to, fits_all, pairwise_sum
+from ..engine.kernel import advance, cached_tokens, dispatch_decided, fits_all, pairwise_sum
 from ..engine.layout import (
     BQ_HEAD,
     BQ_LEN,
@@ -27,6 +27,7 @@ from ..engine.layout import (
     CI_LAST_ROUTE,
     CI_MAX_SEQS,
     CI_NBANDS,
+    CI_NPREFILL,
     CI_PENDING,
     CI_PTR,
     CI_REQ0,
@@ -64,13 +65,14 @@ def route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, h
     """Answer every cluster's pending routing decision with ``choices[c]``."""
     for c in range(len(choices)):
         clu_i[CI_STATUS, c] = ST_TIME
-        dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c,
-                    clu_i[CI_PENDING, c], choices[c])
+        dispatch_decided(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c,
+                         clu_i[CI_PENDING, c], choices[c])
 
 
 @njit(cache=True)
 def action_masks(req_i, inst_i, clu_i, out):
-    """Instances each cluster's pending request fits on (all, if it fits nowhere)."""
+    """Instances each cluster's pending request fits on (all, if it fits nowhere); on a P/D
+    cluster only decode instances (the decision picks the decode instance)."""
     for c in range(out.shape[0]):
         if clu_i[CI_STATUS, c] != ST_ROUTE:
             out[c] = True
@@ -80,6 +82,7 @@ def action_masks(req_i, inst_i, clu_i, out):
             out[c] = m
         else:
             out[c] = True
+        out[c, :clu_i[CI_NPREFILL, c]] = False
 
 
 @njit(cache=True)

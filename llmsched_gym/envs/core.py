@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numbers
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,6 +110,22 @@ def check_workload_seed(ws) -> int:
 
 def draw_workload_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(2**31 - 1))
+
+
+def check_num_envs(num_envs) -> int:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+        raise ValueError(f"num_envs={num_envs!r} is invalid; it must be an integer >= 1")
+    return int(num_envs)
+
+
+def single_reset_workload_seed(np_random: np.random.Generator, options: dict | None) -> int:
+    """A single env's ``reset``: the workload seed of its episode, ``options["workload_seed"]``
+    or one drawn from its generator (already seeded by ``gym.Env.reset``)."""
+    options = dict(options or {})
+    ws = options.pop("workload_seed", None)
+    if options:
+        raise ValueError(f"unknown reset option(s) {sorted(options)}; allowed: workload_seed")
+    return draw_workload_seed(np_random) if ws is None else check_workload_seed(ws)
 
 
 
@@ -511,11 +528,12 @@ class Driver:
         return {"sim_time": float(self.sim.now), "arrivals": int(self.sim.arrived),
                 "open_requests": tr.waiting, "episode_cost": tr.total}
 
-    def summary(self) -> dict:
-        """The harness's metrics of this episode so far (``llmsched_gym.evaluation.metrics.summarize``)."""
-        from ..evaluation.metrics import summarize
+    def summary(self) -> Mapping:
+        """The harness's metrics of this episode so far (``llmsched_gym.evaluation.metrics.summarize``,
+        computed when first read: :class:`~llmsched_gym.evaluation.metrics.LazySummary`)."""
+        from ..evaluation.metrics import LazySummary
 
-        return summarize(self.sim)
+        return LazySummary(self.sim)
 
     def final_info(self) -> dict:
         return {"episode": {"return": -self.tracker.total * self.setup.reward_scale, "length": self.steps,
@@ -553,6 +571,10 @@ class RoutingDriver(Driver):
             raise ValueError(f"Routing: action must be an integer instance index in [0, {I - 1}], got {action!r}")
         if not 0 <= a < I:
             raise ValueError(f"Routing: action {int(a)} is out of range; valid instances are 0..{I - 1}")
+        P = self.setup.scenario.cluster.prefill_instances
+        if a < P:
+            raise ValueError(f"Routing: action {int(a)} is a prefill instance; on this P/D cluster the action is "
+                             f"the decode instance, {P}..{I - 1} (the P/D decision picks the prefill instance)")
         return int(a)
 
     def _apply(self, action):
@@ -584,7 +606,9 @@ class RoutingDriver(Driver):
             return np.ones(I, bool)
         r = sim.pending_route
         mask = sim.fits(r)
-        return mask if mask.any() else np.ones(I, bool)
+        mask = mask if mask.any() else np.ones(I, bool)
+        mask[:self.setup.scenario.cluster.prefill_instances] = False  # P/D: the action is the decode instance
+        return mask
 
 
 class IntervalDriver(Driver):
@@ -688,6 +712,14 @@ INTERVAL_KEYS = [ObsKey("band_arrival_rate", "B", "count")]
 ALL_OBS_KEYS = COMMON_KEYS + ROUTING_KEYS + INTERVAL_KEYS
 
 
+#: Environment kind -> the name in its id (``llmsched/<name>-v0``), for messages.
+ENV_NAMES = {"routing": "Routing", "flow_control": "FlowControl", "admission": "Admission"}
+#: Environment kinds defined in their own module (e.g. :mod:`.gateway`): kind -> a function
+#: ``(**kwargs) -> Setup`` that validates the keywords and builds the spaces. Such a module
+#: also registers its driver in :data:`DRIVERS`, its vector env in ``vector.VECTOR_ENVS``,
+#: its name in :data:`ENV_NAMES`, and its id in ``envs/__init__.py``'s ``ENV_IDS``.
+SETUP_BUILDERS: dict = {}
+
 ENV_KEYWORDS = ("scenario", "reward", "horizon", "observation", "reward_scale", "unserved_penalty_s",
                 "priority_weights", "control_interval", "router", "flow_control", "admission", "action")
 
@@ -696,7 +728,7 @@ def check_env_keywords(kind: str, kwargs: dict) -> None:
     """Names, types and ranges of an environment's constructor keywords."""
     allowed = list(ENV_KEYWORDS) + sorted(_OVERRIDES - set(ENV_KEYWORDS))
     unknown = [k for k in kwargs if k not in allowed]
-    env = {"routing": "Routing", "flow_control": "FlowControl", "admission": "Admission"}.get(kind, kind)
+    env = ENV_NAMES.get(kind, kind)
     if unknown:
         raise ConfigError(f"llmsched/{env}-v0: unknown keyword{'s' if len(unknown) > 1 else ''} "
                           f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
@@ -752,6 +784,8 @@ def soft_reflective_params(action):
 
 def make_setup(kind: str, **kwargs) -> Setup:
     """Setup of one environment kind, with its action space."""
+    if kind in SETUP_BUILDERS:
+        return SETUP_BUILDERS[kind](**kwargs)
     check_env_keywords(kind, kwargs)
     flow_action = kwargs.pop("action", "ceilings")
     if kind != "flow_control" and flow_action != "ceilings":

@@ -1,4 +1,4 @@
-"""Documentation shared by the three environments (spliced into their docstrings)."""
+"""Documentation shared by the environments (spliced into their docstrings)."""
 
 from .core import OBS_DOC
 

@@ -44,7 +44,9 @@ from . import batched
 from .core import (
     ALL_OBS_KEYS,
     DRIVERS,
+    ENV_NAMES,
     TRANSFORMS,
+    check_num_envs,
     check_workload_seed,
     draw_workload_seed,
     make_setup,
@@ -63,8 +65,7 @@ class LLMSchedVectorEnv(VectorEnv):
     kind = ""
 
     def __init__(self, num_envs: int = 1, *, _setup=None, **kwargs):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs={num_envs!r} is invalid; it must be an integer >= 1")
+        check_num_envs(num_envs)
         self.setup = make_setup(self.kind, **kwargs) if _setup is None else _setup
         self.num_envs = n = int(num_envs)
         self.single_observation_space = self.setup.observation_space
@@ -334,11 +335,16 @@ class LLMSchedVectorEnv(VectorEnv):
         if len(bad):
             raise ValueError(f"Routing: action {int(a[bad[0]])} of environment {int(bad[0])} is out of range; "
                              f"valid instances are 0..{I - 1}")
+        P = self.setup.scenario.cluster.prefill_instances
+        bad = np.flatnonzero(a < P)
+        if len(bad):
+            raise ValueError(f"Routing: action {int(a[bad[0]])} of environment {int(bad[0])} is a prefill instance; "
+                             f"on this P/D cluster the action is the decode instance, {P}..{I - 1}")
         return a.astype(np.int64)
 
     def _check_box_actions(self, actions) -> np.ndarray:
         """Every cluster's action validated as the single env's ``validate_box`` does."""
-        what = "FlowControl" if self.kind == "flow_control" else "Admission"
+        what = ENV_NAMES.get(self.kind, self.kind)
         k = self.setup.action_space.shape[0]
         a = np.asarray(actions, dtype=float)
         if a.shape != (self.num_envs, k):

@@ -53,6 +53,9 @@ METRIC_COLUMNS = (
 ID_COLUMNS = ("scenario", "point", "rate_kind", "rate", "qps", "policy", "router", "flow_control", "admission",
               "seed", "class")
 CELL_COLUMNS = ("instance_imbalance", "instance_cv", "sim_seconds", "wall_seconds")
+#: Columns of the autoscaled cells only (a combination with a ``scaler``).
+SCALER_COLUMNS = ("scaler", "gpu_seconds", "cold_starts")
+DEFAULT_SCALE_INTERVAL_S = 15.0  # Kubernetes HPA's default sync period
 
 
 # ====================================================================== policies
@@ -153,12 +156,32 @@ def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides:
 def _run_cells(tasks: list[dict]) -> list[dict]:
     """Run cells as one batched simulation (cluster c of a batch gives what it gives
     alone, bit for bit); their results in order (top-level, so it pickles for spawned
-    workers)."""
+    workers). A cell with a scaler runs on its own, autoscaled (:func:`_run_scaled`)."""
     from ..simulator import SimulatorBatch
 
-    sims = [t["scenario"].simulator(t["seed"], **t["policy"], batch=False) for t in tasks]
-    SimulatorBatch(sims).run()
-    return [_cell_result(t, sim) for t, sim in zip(tasks, sims)]
+    plain = [t for t in tasks if "scaler" not in t["policy"]]
+    sims = [t["scenario"].simulator(t["seed"], **t["policy"], batch=False) for t in plain]
+    if sims:
+        SimulatorBatch(sims).run()
+    done = {id(t): _cell_result(t, sim) for t, sim in zip(plain, sims)}
+    return [done[id(t)] if id(t) in done else _run_scaled(t) for t in tasks]
+
+
+def _run_scaled(task: dict) -> dict:
+    """One cell under its scaler (``llmsched_gym.autoscaling.run_autoscaled``: the fleet
+    the scaler asks for at time 0 starts warm, then it decides every
+    ``DEFAULT_SCALE_INTERVAL_S``); the row data gains ``scaler``, ``gpu_seconds`` and
+    ``cold_starts``."""
+    from ..autoscaling import run_autoscaled
+
+    policy = dict(task["policy"])
+    scaler = policy.pop("scaler")
+    sim = task["scenario"].simulator(task["seed"], **policy)
+    sim, fleet = run_autoscaled(sim, scaler, DEFAULT_SCALE_INTERVAL_S)
+    out = _cell_result(task, sim)
+    out["cell"].update(scaler=str(getattr(scaler, "name", scaler)), gpu_seconds=fleet.gpu_seconds(),
+                       cold_starts=fleet.cold_starts)
+    return out
 
 
 def _batches(tasks: list[dict], workers: int) -> list[list[int]]:
@@ -414,6 +437,7 @@ def _assemble(plan: dict, results: list[dict]) -> ResultTable:
             row = dict(ident, **{"class": cls})
             row.update({k: m.get(k) for k in METRIC_COLUMNS})
             row.update({k: r["cell"][k] for k in CELL_COLUMNS})
+            row.update({k: r["cell"][k] for k in SCALER_COLUMNS if k in r["cell"]})
             rows.append(row)
         if "samples" in r:
             sample_map[(pt.scenario, pt.label, spec.label)] = r["samples"]
@@ -552,6 +576,31 @@ def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) 
     console.print(t)
 
 
+def print_fleet(table: ResultTable, console=None) -> None:
+    """For autoscaled cells: median GPU-seconds, cold starts and SLO attainment (all
+    arrivals) per point and policy."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console(width=max(Console().width, 190))
+    rows = [r for r in table.rows if r["class"] == "all" and r.get("gpu_seconds") is not None]
+    if not rows:
+        return
+    t = Table(title=f"{rows[0]['scenario']}: autoscaled cells (scaling every {DEFAULT_SCALE_INTERVAL_S:g} s) - "
+                    "median over seeds")
+    for col in ("point", "policy", "scaler", "SLO attainment", "GPU-seconds", "cold starts"):
+        t.add_column(col, justify="left" if col in ("point", "policy", "scaler") else "right")
+    for point in table.unique("point"):
+        for pol in table.unique("policy"):
+            cells = [r for r in rows if r["point"] == point and r["policy"] == pol]
+            if cells:
+                med = {k: float(np.median([r[k] for r in cells])) for k in ("slo_attainment", "gpu_seconds",
+                                                                            "cold_starts")}
+                t.add_row(point, pol, cells[0]["scaler"], f"{med['slo_attainment']:.4f}", f"{med['gpu_seconds']:,.0f}",
+                          f"{med['cold_starts']:g}")
+    console.print(t)
+
+
 def make_figures(st: Study, table: ResultTable, stats: list[dict], out: Path, prefix: str | None = None) -> list[Path]:
     """The study's figures in ``out``: CDFs, change bars (with a baseline), load sweep (>= 2 points)."""
     from . import plots
@@ -589,8 +638,9 @@ by '+'; a part is 'role=SPEC' or a bare SPEC whose role is found from its name:
   'static-usage-limit;soft-reflective-ceiling'         two flow-control policies
   'lmetric+soft-reflective-ceiling;jsq+flow_control=none'
   'router=llm-d:prefix_weight=2,queue_weight=1+label=llmd-p2'
+  'pd-aggregated;pd-always;pd-dynamo'   P/D decisions (--scenario pd-longprompt)
 Roles: router (routing), flow_control (usage-limit, fc; 'none' = no gateway queue),
-admission; label=NAME names the entry. SPEC = NAME[:key=value,...] as in
+admission, pd (P/D disaggregation, a scenario with a prefill pool); label=NAME names the entry. SPEC = NAME[:key=value,...] as in
 `llmsched-gym policies`. Roles an entry leaves out come from --router /
 --flow-control / --admission, else from the scenario's defaults. No --mode is
 needed: a bare name's role (router, flow control, admission) comes from the registry.
@@ -619,6 +669,9 @@ def add_cli(subparsers) -> None:
     p.add_argument("--router", help="router for entries that do not set one")
     p.add_argument("--flow-control", help="flow control for entries that do not set one ('none' = no queue)")
     p.add_argument("--admission", help="admission for entries that do not set one")
+    p.add_argument("--pd", help="P/D decision for entries that do not set one (a scenario with a prefill pool)")
+    p.add_argument("--scaler", help="scaling policy for entries that do not set one: the cell runs autoscaled "
+                   "(e.g. hpa-kv:target=0.3; docs/environments.md, Autoscaling-v0)")
     p.add_argument("--baseline", help="label of the policy entry that changes are relative to (default: the first)")
     p.add_argument("--seeds", type=int, default=3, help="number of paired seeds (default 3)")
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
@@ -693,6 +746,7 @@ def cmd_compare(args) -> int:
     all_rows, all_stats = [], []
     for st, table, stats in results:
         print_study(st, table, stats, console)
+        print_fleet(table, console)
         all_rows += table.rows
         all_stats += stats
     merged = ResultTable(all_rows, meta={"seeds": seeds, "studies": [

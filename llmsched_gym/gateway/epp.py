@@ -627,6 +627,12 @@ def _combination(spec) -> dict:
     from .policy import parse_policy
 
     roles = parse_policy(spec).kwargs() if isinstance(spec, str) else dict(spec)
+    if roles.get("scaler") is not None:
+        raise ConfigError(f"scaler={roles['scaler']!r}: an EndpointPickerConfig has no autoscaler (the cluster's "
+                          "autoscaler sizes the pool); leave the scaler out of the combination")
+    if roles.get("pd") is not None:
+        raise ConfigError(f"pd={roles['pd']!r}: writing llm-d's pd-profile-handler is not supported; leave the pd "
+                          "decision out of the combination")
     for k, v in roles.items():
         if v is not None and not isinstance(v, str):
             raise ConfigError(f"{k}={v!r}: give policies as spec strings to write an EndpointPickerConfig")

@@ -6,6 +6,11 @@ Three roles, each seeing only a :class:`~llmsched_gym.gateway.view.RouterView`:
 * :class:`UsageLimitPolicy` - per-band ceilings for the dispatch loop (flow control);
 * :class:`RoutingPolicy` - an instance for a dispatched request.
 
+A fourth role, ``scaling`` (:class:`llmsched_gym.autoscaling.ScalingPolicy`), sizes the
+fleet once per scaling interval (``compare --scaler``, ``llmsched/Autoscaling-v0``). A
+fifth, ``pd`` (:class:`PDPolicy`), decides per request whether a cluster with a prefill
+pool disaggregates it (docs/architecture.md, "Prefill/decode disaggregation").
+
 Policies are registered by name (:func:`register_policy`) and built with
 :func:`make_policy`; every constant is a constructor keyword with the published default.
 
@@ -18,7 +23,8 @@ three roles; the roles it leaves out keep the scenario's defaults. It is given a
   whose role is looked up in the registry: ``"lmetric"``,
   ``"lmetric+soft-reflective-ceiling"``, ``"router=jsq+flow_control=none"``,
   ``"llm-d:prefix_weight=2,queue_weight=1"``. Roles: ``router`` (alias ``routing``),
-  ``flow_control`` (aliases ``flow-control``, ``usage-limit``, ``fc``), ``admission``.
+  ``flow_control`` (aliases ``flow-control``, ``usage-limit``, ``fc``), ``admission``,
+  ``scaler`` (aliases ``scaling``, ``autoscaler``; runs the cell autoscaled), ``pd``.
   ``label=NAME`` names the combination (default: the string itself).
 """
 
@@ -94,6 +100,28 @@ class RoutingPolicy(Policy):
 
     def on_finish(self, request_id: int, instance: int) -> None:
         """After a dispatched request left ``instance`` (finished or dropped)."""
+
+
+class PDPolicy(Policy):
+    """Whether to disaggregate a request on a cluster with a prefill pool.
+
+    The decision runs inside the compiled engine (``compiled_form()``: a ``PD_DECIDE_*``
+    code of :mod:`~llmsched_gym.engine.layout` and its parameters); :meth:`disaggregate`
+    states the same rule in Python. ``disaggregates`` False (``pd-aggregated``): the
+    cluster's instances all serve whole requests, its pools ignored.
+    """
+
+    role = "pd"
+    disaggregates: bool = True
+
+    def disaggregate(self, uncached_tokens: int, prefill_queue: int) -> bool:
+        """The decision for a request with ``uncached_tokens`` prompt tokens not cached on
+        the decode instance the router chose, with ``prefill_queue`` requests waiting on
+        the prefill pool (not yet scheduled there)."""
+        raise NotImplementedError
+
+    def compiled_form(self) -> tuple[int, tuple]:
+        raise NotImplementedError
 
 
 _REGISTRY: dict[str, Callable[..., Policy]] = {}
@@ -199,15 +227,19 @@ def check_policy_ref(field: str, value, *, none_ok: bool = True) -> None:
 
 
 # ====================================================================== combinations
-ROLE_KEYS = ("router", "flow_control", "admission")
+ROLE_KEYS = ("router", "flow_control", "admission", "scaler", "pd")
 _ROLE_ALIASES = {
     "router": "router", "routing": "router", "route": "router",
     "flow_control": "flow_control", "flow-control": "flow_control", "flowcontrol": "flow_control",
     "usage-limit": "flow_control", "usage_limit": "flow_control", "fc": "flow_control",
     "admission": "admission", "admit": "admission",
+    "scaler": "scaler", "scaling": "scaler", "autoscaler": "scaler",
+    "pd": "pd",
 }
-_REGISTRY_ROLE = {"routing": "router", "usage-limit": "flow_control", "admission": "admission"}
-_POLICY_ROLE = {"router": "routing", "flow_control": "usage-limit", "admission": "admission"}
+_REGISTRY_ROLE = {"routing": "router", "usage-limit": "flow_control", "admission": "admission", "scaling": "scaler",
+                  "pd": "pd"}
+_POLICY_ROLE = {"router": "routing", "flow_control": "usage-limit", "admission": "admission", "scaler": "scaling",
+                "pd": "pd"}
 
 
 @dataclass(frozen=True)
@@ -228,7 +260,8 @@ def _role_of_name(name: str) -> str:
     registry = list_policies()
     base = name.partition(":")[0]
     if base not in registry:
-        known = "; ".join(f"{r}: {', '.join(list_policies(r))}" for r in ("routing", "usage-limit", "admission"))
+        known = "; ".join(f"{r}: {', '.join(list_policies(r))}" for r in ("routing", "usage-limit", "admission",
+                                                                          "scaling", "pd"))
         raise ConfigError(f"unknown policy {base!r}; known policies - {known}")
     factory = registry[base]
     # A factory may decide its role from its argument (agent:PATH loads a model of either role).
@@ -254,7 +287,8 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
                 continue
             role = _ROLE_ALIASES.get(str(k).lower())
             if role is None:
-                raise ConfigError(f"policy combination {spec!r}: unknown role {k!r}; use router, flow_control, admission")
+                raise ConfigError(f"policy combination {spec!r}: unknown role {k!r}; "
+                                  "use router, flow_control, admission, scaler, pd")
             roles[role] = None if (role == "flow_control" and (v is None or str(v).lower() == "none")) else v
     elif isinstance(spec, Policy):
         roles[_REGISTRY_ROLE[spec.role]] = spec
@@ -275,7 +309,7 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
             if role is None:
                 if eq and ":" not in key:
                     raise ConfigError(f"policy combination {spec!r}: unknown role {key.strip()!r}; "
-                                      "use router=, flow_control=, admission= or label=")
+                                      "use router=, flow_control=, admission=, scaler=, pd= or label=")
                 value = part
                 role = None if value.lower() == "none" else _role_of_name(value)
                 if role is None:

@@ -1,0 +1,139 @@
+"""A Gateway-v0 agent against baseline combinations (docs/agents.md, "Gateway-v0").
+
+    python benchmarks/gateway_agent.py --scenario codegen --paper-qps 16 --agent runs/gw-codegen \\
+        --baselines 'lmetric+flow_control=none+always-admit;...' [--seeds 100-104] [--json out.json]
+
+Baselines run through the evaluation harness (``evaluate``: the cells ``compare`` runs).
+The agent runs in its environment, one full-scenario episode per evaluation seed
+(``reset(options={"workload_seed": seed})`` builds the harness's workload and gateway
+generator for that seed), with the environment keywords it was trained with except the
+shortened training window, its deterministic action and its VecNormalize statistics; its
+metrics are ``metrics.summarize`` of the episode's simulator, the harness's summary. The
+agent's own base combination at the centre action runs the same way (``--centre``) and
+must equal the harness's row of that combination (checked; tests/test_gateway_env.py
+checks it request for request).
+
+The objective is the tuning objective of docs/agents.md: ``0.3 ttft_mean:critical + 0.35
+ttft_mean:sheddable + 30 rejected:sheddable / arrivals`` (the environment's default reward
+per arrival: weights 1 and 0.5, unserved penalty 60 s, a 30 / 70 class mix), lower is
+better. Prints a markdown table: per policy the mean over seeds of the objective and the
+key metrics, and on how many seeds the agent beats the best baseline on the objective.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+COLUMNS = (("slo_attainment", "all"), ("ttft_mean", "all"), ("ttft_p99", "critical"), ("ttft_mean", "critical"),
+           ("ttft_mean", "sheddable"), ("rejected", "sheddable"))
+
+
+def objective(m: dict, arrivals: int) -> float:
+    """The tuning objective of one run's per-class metrics ``m[(metric, class)]``."""
+    return (0.3 * m[("ttft_mean", "critical")] + 0.35 * m[("ttft_mean", "sheddable")]
+            + 30.0 * m[("rejected", "sheddable")] / arrivals)
+
+
+def _metrics(classes: dict) -> dict:
+    return {(k, c): float(classes[c][k]) for c in ("all", "critical", "sheddable") for k in
+            ("slo_attainment", "ttft_mean", "ttft_p99", "rejected", "requests")}
+
+
+def baselines(scenario: str, rate: dict, specs: list[str], seeds: list[int]) -> dict:
+    """Per spec, per seed: the harness's per-class metrics."""
+    from llmsched_gym.evaluation import evaluate
+
+    table = evaluate(scenario, ";".join(specs), seeds, workers=1, **rate)
+    out: dict = {}
+    for r in table.rows:
+        out.setdefault(r["policy"], {}).setdefault(r["seed"], {}).update(
+            {(k, r["class"]): float(r[k]) for k in ("slo_attainment", "ttft_mean", "ttft_p99", "rejected",
+                                                    "requests")})
+    return out
+
+
+def centre_spec(setup) -> str:
+    """The baseline combination the environment's centre action runs (raw ceilings: none)."""
+    flow = {"none": "flow_control=none", "soft-reflective": str(setup.flow_control)}.get(setup.flow_action,
+                                                                                          "ceilings at 1")
+    adm = "always-admit" if setup.admission_action == "rejection" else str(setup.admission)
+    return f"{setup.router}+{flow}+{adm}"
+
+
+def agent_runs(path: str, scenario: str, rate: dict, seeds: list[int], centre: bool) -> tuple[dict, str]:
+    """Per seed: the agent's (or with ``centre``, its centre action's) per-class metrics; and
+    the centre's baseline combination."""
+    import gymnasium as gym
+
+    import llmsched_gym  # noqa: F401  (registers the environments)
+    from agents.policy import LoadedAgent
+
+    agent = LoadedAgent(path)
+    kwargs = {k: v for k, v in (agent.meta.get("env_kwargs") or {}).items()
+              if k not in ("duration_s", "num_requests", "horizon_s")}
+    kwargs["horizon"] = None  # the full scenario, until drained (as the harness runs it)
+    env = gym.make(agent.env_id, scenario=scenario, **rate, **kwargs)
+    out = {}
+    for seed in seeds:
+        obs, _ = env.reset(options={"workload_seed": seed})
+        while True:
+            if centre:
+                a = env.unwrapped.setup.centre
+            else:
+                batch = {k: v[None] for k, v in obs.items()}
+                a = agent.model.predict(agent.normalize(batch), deterministic=True)[0][0]
+            obs, _, te, tr, info = env.step(a)
+            if te or tr:
+                break
+        out[seed] = _metrics(info["episode"]["metrics"]["classes"])
+    return out, centre_spec(env.unwrapped.setup)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenario", required=True)
+    rate = p.add_mutually_exclusive_group(required=True)
+    rate.add_argument("--paper-qps", type=float)
+    rate.add_argument("--load", type=float)
+    p.add_argument("--agent", required=True, help="a llmsched-gym train output (or its best/)")
+    p.add_argument("--label", default="agent")
+    p.add_argument("--baselines", required=True, help="';'-separated policy combinations (compare's syntax)")
+    p.add_argument("--seeds", default="100-104", help="evaluation seeds: FIRST-LAST")
+    p.add_argument("--json", help="write every run's metrics here")
+    args = p.parse_args(argv)
+    lo, _, hi = args.seeds.partition("-")
+    seeds = list(range(int(lo), int(hi or lo) + 1))
+    rate = {"paper_qps": args.paper_qps} if args.paper_qps is not None else {"load": args.load}
+    specs = [s.strip() for s in args.baselines.split(";") if s.strip()]
+    runs = baselines(args.scenario, rate, specs, seeds)
+    centre, base_spec = agent_runs(args.agent, args.scenario, rate, seeds, centre=True)
+    runs[args.label], _ = agent_runs(args.agent, args.scenario, rate, seeds, centre=False)
+    match = [p for p in runs if p != args.label and all(
+        np.allclose([v for _, v in sorted(runs[p][s].items())], [v for _, v in sorted(centre[s].items())],
+                    rtol=1e-12, equal_nan=True) for s in seeds)]
+    print(f"centre action ({base_spec}) equals the harness's: {', '.join(match) or 'none of the baselines given'}")
+    arrivals = {s: int(centre[s][("requests", "all")]) for s in seeds}
+    obj = {p: np.array([objective(runs[p][s], arrivals[s]) for s in seeds]) for p in runs}
+    best = min((p for p in runs if p != args.label), key=lambda p: obj[p].mean())
+    cols = " | ".join(f"{k}:{c}" for k, c in COLUMNS)
+    print(f"\n{args.scenario} {rate}, seeds {seeds[0]}-{seeds[-1]} (mean over seeds)\n")
+    print(f"| policy | objective | {cols} |")
+    print("|---|---:|" + "---:|" * len(COLUMNS))
+    for p in runs:
+        vals = " | ".join(f"{np.mean([runs[p][s][kc] for s in seeds]):.4g}" for kc in COLUMNS)
+        print(f"| {p} | {obj[p].mean():.4f} | {vals} |")
+    wins = int((obj[args.label] < obj[best]).sum())
+    print(f"\n{args.label} vs best baseline ({best}): objective {obj[args.label].mean():.4f} vs {obj[best].mean():.4f} "
+          f"({100 * (obj[args.label].mean() / obj[best].mean() - 1):+.1f}%), lower on {wins}/{len(seeds)} seeds; "
+          f"per seed {np.round(obj[args.label], 4).tolist()} vs {np.round(obj[best], 4).tolist()}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({p: {str(s): {f"{k}:{c}": v for (k, c), v in m.items()} for s, m in r.items()}
+                       for p, r in runs.items()}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

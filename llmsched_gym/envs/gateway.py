@@ -1,0 +1,436 @@
+"""``llmsched/Gateway-v0``: admission, flow control and routing together, every interval.
+
+One module and its registration (``envs/__init__.py``): the setup builder, the driver
+(one cluster, the path of the ``slo`` reward and of observers), the native vector env
+and the single env. The routing part runs inside the compiled engine: the action's
+per-instance values set the factors ``IF_ROUTE_W`` by which ``ROUTER_LMETRIC_WEIGHTED``
+multiplies LMetric's score, so every request is still routed on its own, in the kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+from gymnasium import spaces
+from numba import njit
+
+from ..engine import layout
+from ..engine.layout import CF_A0, CI_INST0, IF_ROUTE_W
+from ..engine.policies import compiled_form
+from ..errors import ConfigError
+from ..gateway.policy import RoutingPolicy, make_policy
+from ..scenarios import _OVERRIDES
+from . import batched
+from .base import LLMSchedEnv
+from .core import (
+    DRIVERS,
+    ENV_KEYWORDS,
+    ENV_NAMES,
+    INTERVAL_KEYS,
+    SETUP_BUILDERS,
+    ExternalCeilings,
+    ExternalRejection,
+    IntervalDriver,
+    Setup,
+    build_setup,
+    check_env_keywords,
+)
+from .docs import ARGS_DOC, OBSERVATION_DOC, REWARDS_DOC, fill
+from .vector import VECTOR_ENVS, LLMSchedVectorEnv
+
+KIND = "gateway"
+#: ``admission_action``: per-band rejection probabilities (Admission-v0's action), or a
+#: scale of the engine's probabilistic admitter's ``k``.
+ADMISSION_ACTIONS = ("rejection", "probabilistic")
+#: ``flow_action``: per-band ceilings (FlowControl-v0's default), the soft-reflective
+#: ceiling's ramp and period scale (FlowControl-v0's ``action="soft-reflective"``), or no
+#: flow control (no gateway queue: every admitted request is routed on arrival).
+FLOW_ACTIONS = ("ceilings", "soft-reflective", "none")
+#: Range of the routing factors: ``4 ** (1 - 2 a)``, from 4 (a = 0) to 1/4 (a = 1).
+ROUTE_RANGE = 4.0
+#: Range of the probabilistic admitter's ``k`` scale: ``16 ** (2 a - 1)``, 1/16 .. 16.
+ADMISSION_RANGE = 16.0
+#: The keywords of Gateway-v0 beyond those of every environment.
+GATEWAY_KEYWORDS = ("admission_action", "flow_action")
+
+
+def route_weights(a: np.ndarray) -> np.ndarray:
+    """Factors on LMetric's per-instance scores of routing actions ``a`` in [0, 1]:
+    ``4 ** (1 - 2 a)`` (0.5 -> 1.0 exactly: LMetric; 1 -> 1/4, preferred; 0 -> 4, avoided)."""
+    return np.power(ROUTE_RANGE, 1.0 - 2.0 * np.asarray(a, dtype=float))
+
+
+def admission_scale(a: np.ndarray) -> np.ndarray:
+    """Scale of the probabilistic admitter's ``k`` of actions ``a``: ``16 ** (2 a - 1)``
+    (0.5 -> 1.0 exactly)."""
+    return np.power(ADMISSION_RANGE, 2.0 * np.asarray(a, dtype=float) - 1.0)
+
+
+def flow_params(a: np.ndarray, base: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """``(ramp, period_scale)`` of soft-reflective actions ``a`` (shape ``(2,)`` or ``(2, n)``):
+    ``ramp = base_ramp x 2 a[0]``, ``period_scale = base_period_scale x 4 ** (2 a[1] - 1)``;
+    (0.5, 0.5) is the base policy exactly (with the published base, FlowControl-v0's
+    ``soft_reflective_params``)."""
+    a = np.asarray(a, dtype=float)
+    return base[0] * (2.0 * a[0]), base[1] * np.power(4.0, 2.0 * a[1] - 1.0)
+
+
+class WeightedLMetric(RoutingPolicy):
+    """LMetric (``base``: an ``lmetric`` or ``lmetric-no-detector`` policy) with each
+    instance's score multiplied by a factor the Gateway environment sets every interval
+    (``IF_ROUTE_W`` in the engine state, 1.0 until set). It runs only in the compiled
+    engine (``ROUTER_LMETRIC_WEIGHTED``), where the factors live."""
+
+    name = "lmetric-weighted"
+
+    def __init__(self, base: RoutingPolicy):
+        code, self.params = base.compiled_form()
+        if code != layout.ROUTER_LMETRIC:
+            raise ConfigError(f"router={base.name!r} is invalid for Gateway-v0: its routing part weights LMetric's "
+                              "score; choose lmetric or lmetric-no-detector (with their parameters)")
+        self.detector = base.detector  # read by the Simulator to set up the detector's prefix classes
+        self._settings = base._settings
+
+    def route(self, request, view) -> int:
+        raise ConfigError("lmetric-weighted runs only in the compiled engine (Gateway-v0's router)")
+
+    def compiled_form(self):
+        return layout.ROUTER_LMETRIC_WEIGHTED, self.params
+
+
+# ====================================================================== setup
+@dataclass
+class GatewaySetup(Setup):
+    """A :class:`~.core.Setup` with the layout of Gateway-v0's action."""
+
+    admission_action: str = "rejection"
+    base_k: float = 0.0  # probabilistic admission: the base admitter's k
+    base_flow: tuple = (1.0, 1.0)  # soft-reflective: the base (ramp, period scale)
+    adm: slice = field(default_factory=lambda: slice(0, 0))  # the action's parts
+    flow: slice = field(default_factory=lambda: slice(0, 0))
+    route: slice = field(default_factory=lambda: slice(0, 0))
+    centre: np.ndarray | None = None  # the action of the base combination (see GatewayEnv)
+
+
+def _base_policy(value, default: str, role: str, code: int, what: str, keyword: str, mode: str):
+    """The spec of a parameter-mode part's base policy (``None``: ``default``) and its
+    compiled parameters; it must compile to ``code``."""
+    spec = default if value is None else value
+    got, params = compiled_form(make_policy(spec, role), -1)
+    if got != code:
+        raise ConfigError(f"{keyword}={value!r} is invalid with {mode}: the action scales the parameters of "
+                          f"{what}; give {default} (with its parameters)")
+    return spec, params
+
+
+def make_gateway_setup(**kwargs) -> GatewaySetup:
+    """Validate Gateway-v0's keywords and build its spaces (see :class:`GatewayEnv`)."""
+    allowed = [k for k in ENV_KEYWORDS if k != "action"] + list(GATEWAY_KEYWORDS) + sorted(
+        _OVERRIDES - set(ENV_KEYWORDS))
+    unknown = [k for k in kwargs if k not in allowed]
+    if unknown:
+        raise ConfigError(f"llmsched/Gateway-v0: unknown keyword{'s' if len(unknown) > 1 else ''} "
+                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
+    adm_mode = kwargs.pop("admission_action", "rejection")
+    flow_mode = kwargs.pop("flow_action", "ceilings")
+    if adm_mode not in ADMISSION_ACTIONS:
+        raise ConfigError(f"admission_action={adm_mode!r} is invalid; choose one of {', '.join(ADMISSION_ACTIONS)}")
+    if flow_mode not in FLOW_ACTIONS:
+        raise ConfigError(f"flow_action={flow_mode!r} is invalid; choose one of {', '.join(FLOW_ACTIONS)}")
+    check_env_keywords(KIND, kwargs)
+    router = kwargs.pop("router", None) or "lmetric"
+    WeightedLMetric(make_policy(router, "routing"))  # validates it
+    base_k, base_flow = 0.0, (1.0, 1.0)
+    adm, fc = kwargs.pop("admission", None), kwargs.pop("flow_control", None)
+    if adm_mode == "probabilistic":
+        adm, params = _base_policy(adm, "probabilistic", "admission", layout.ADMIT_PROBABILISTIC,
+                                   "the engine's probabilistic admitter", "admission",
+                                   "admission_action='probabilistic'")
+        base_k = params[0]
+    elif adm is not None:
+        raise ConfigError("admission= is the agent's decision with admission_action='rejection'; it cannot be set "
+                          "(with admission_action='probabilistic' it is the admitter the action scales)")
+    if flow_mode == "soft-reflective":
+        fc, base_flow = _base_policy(fc, "soft-reflective-ceiling", "usage-limit", layout.FLOW_SOFT_REFLECTIVE,
+                                     "the soft-reflective ceiling", "flow_control", "flow_action='soft-reflective'")
+    elif fc is not None:
+        raise ConfigError(f"flow_control= cannot be set with flow_action={flow_mode!r} (with "
+                          "flow_action='soft-reflective' it is the ceiling the action scales)")
+    s = build_setup(KIND, INTERVAL_KEYS, router=router, flow_control=fc, admission=adm, **kwargs)
+    if not s.sheddable:
+        raise ConfigError(f"scenario {s.scenario.name!r} has no sheddable class (priority < 0); "
+                          "Gateway-v0's admission part needs at least one")
+    B, S, I = len(s.band_priorities), len(s.sheddable), s.num_instances
+    n_adm = S if adm_mode == "rejection" else 1
+    n_flow = {"ceilings": B, "soft-reflective": 2, "none": 0}[flow_mode]
+    setup = GatewaySetup(**{f.name: getattr(s, f.name) for f in fields(Setup)}, admission_action=adm_mode,
+                         base_k=base_k, base_flow=base_flow, adm=slice(0, n_adm),
+                         flow=slice(n_adm, n_adm + n_flow), route=slice(n_adm + n_flow, n_adm + n_flow + I))
+    setup.flow_action = flow_mode
+    n = n_adm + n_flow + I
+    setup.action_space = spaces.Box(0.0, 1.0, (n,), np.float32)
+    centre = np.full(n, 0.5, np.float32)
+    if adm_mode == "rejection":
+        centre[setup.adm] = 0.0
+    if flow_mode == "ceilings":
+        centre[setup.flow] = 1.0
+    setup.centre = centre
+    return setup
+
+
+# ====================================================================== one cluster
+class GatewayDriver(IntervalDriver):
+    """One cluster of Gateway-v0 (the ``slo`` reward's and observers' path)."""
+
+    def _simulator(self, seed):
+        s = self.setup
+        B = len(s.band_priorities)
+        self._probs = np.zeros(B)
+        self.ceilings = np.ones(B)
+        self.soft_reflective = np.array(s.base_flow, float)
+        self.k = s.base_k
+        self.weights = np.ones(s.num_instances)
+        if s.admission_action == "rejection":
+            admission = ExternalRejection({p: b for b, p in enumerate(s.band_priorities)}, self._probs)
+        else:
+            admission = make_policy(s.admission, "admission")
+        if s.flow_action == "ceilings":
+            flow = ExternalCeilings(np.ones(1))
+        elif s.flow_action == "soft-reflective":
+            flow = make_policy(s.flow_control, "usage-limit")
+        else:
+            flow = None
+        router = WeightedLMetric(make_policy(s.router, "routing"))
+        sim = s.scenario.simulator(seed, router=router, flow_control=flow, admission=admission,
+                                   horizon_s=s.horizon, batch=not self.batched)
+        if s.flow_action == "ceilings":
+            flow.values = np.ones(len(sim.band_priorities))
+        self._flow_policy = flow
+        return sim
+
+    def check_action(self, action) -> np.ndarray:
+        return self.validate_box(action, self.setup.action_space.shape[0], "Gateway")
+
+    def _apply(self, action):
+        s, sim = self.setup, self.sim
+        a = self.check_action(action)
+        if s.admission_action == "rejection":
+            self._probs[list(s.sheddable)] = a[s.adm]
+            sim.set_rejection_probs(self._probs[self._sim_bands])
+        else:
+            self.k = s.base_k * float(admission_scale(a[s.adm])[0])
+            sim.state.clu_f[CF_A0, sim.c] = self.k
+        if s.flow_action == "soft-reflective":
+            params = np.array(flow_params(a[s.flow], s.base_flow), float)
+            if not np.array_equal(params, self.soft_reflective):  # unchanged: the duty cycle runs on undisturbed
+                self.soft_reflective = params
+                sim.set_flow_params(params)
+                sim.wake_dispatch()
+        elif s.flow_action == "ceilings":
+            self.ceilings = np.minimum.accumulate(a[s.flow])
+            self._flow_policy.values[:] = self.ceilings[self._sim_bands]
+            sim.set_ceilings(self._flow_policy.values)
+            sim.wake_dispatch()
+        self.weights = route_weights(a[s.route])
+        i0 = int(sim.state.inst_off[sim.c])
+        sim.state.inst_f[IF_ROUTE_W, i0:i0 + s.num_instances] = self.weights
+        return self._advance()
+
+    def info(self):
+        d = super().info()
+        d.update(_part_infos(self.setup, self._probs[list(self.setup.sheddable)], self.k, self.ceilings,
+                             self.soft_reflective, self.weights))
+        return d
+
+
+def _part_infos(s: GatewaySetup, probs, k, ceilings, soft, weights) -> dict:
+    """The info entries of the applied action (one cluster's values, or rows of all)."""
+    d = {"rejection_prob": probs} if s.admission_action == "rejection" else {"admission_k": k}
+    if s.flow_action == "soft-reflective":
+        d["soft_reflective"] = soft
+    elif s.flow_action == "ceilings":
+        d["ceilings"] = ceilings
+    d["route_weights"] = weights
+    return d
+
+
+# ====================================================================== vector
+@njit(cache=True)
+def apply_route_weights(weights, clu_i, inst_f):
+    """Each cluster's routing factors (``weights[c, i]``) into its instances' ``IF_ROUTE_W``."""
+    for c in range(weights.shape[0]):
+        g0 = clu_i[CI_INST0, c]
+        for i in range(weights.shape[1]):
+            inst_f[IF_ROUTE_W, g0 + i] = weights[c, i]
+
+
+class GatewayVectorEnv(LLMSchedVectorEnv):
+    """Native vector version of :class:`GatewayEnv`."""
+
+    kind = KIND
+
+    def __init__(self, num_envs: int = 1, **kwargs):
+        super().__init__(num_envs, **kwargs)
+        s, n = self.setup, self.num_envs
+        self._k = np.full(n, s.base_k)
+        self._soft = np.tile(np.array(s.base_flow, float), (n, 1))
+        self._weights = np.ones((n, s.num_instances))
+
+    def _apply_interval_actions(self, actions: np.ndarray) -> None:
+        st, s = self.batch.state, self.setup
+        if s.admission_action == "rejection":
+            batched.apply_rejection(np.ascontiguousarray(actions[:, s.adm]), self._sheddable, self._sim_bands,
+                                    st.num_bands, self._probs, st.aprob)
+        else:
+            self._k[:] = s.base_k * admission_scale(actions[:, s.adm.start])
+            st.clu_f[CF_A0, :self.num_envs] = self._k
+        if s.flow_action == "soft-reflective":
+            self._soft[:, 0], self._soft[:, 1] = flow_params(actions[:, s.flow].T, s.base_flow)
+            batched.apply_flow_params(self._soft, st.num_bands, st.bq, st.clu_f)
+        elif s.flow_action == "ceilings":
+            batched.apply_ceilings(np.ascontiguousarray(actions[:, s.flow]), self._sim_bands, st.num_bands, st.bq,
+                                   st.clu_f, self._ceilings, st.ceil_ext)
+        self._weights[:] = route_weights(actions[:, s.route])
+        apply_route_weights(self._weights, st.clu_i, st.inst_f)
+        self._t += s.control_interval
+
+    def _episode_start(self, clusters) -> None:
+        super()._episode_start(clusters)
+        s = self.setup
+        for i in clusters:
+            self._k[i] = s.base_k
+            self._soft[i] = s.base_flow
+            self._weights[i] = 1.0
+
+    def _parts(self, rows) -> dict:
+        s = self.setup
+        return _part_infos(s, self._probs[rows][..., list(s.sheddable)], self._k[rows], self._ceilings[rows],
+                           self._soft[rows], self._weights[rows])
+
+    def _info_of(self, i: int) -> dict:
+        info = super()._info_of(i)
+        info.pop("rejection_prob")
+        info.update({k: v.copy() if isinstance(v, np.ndarray) else float(v) for k, v in self._parts(i).items()})
+        return info
+
+    def _infos(self) -> dict:
+        out = super()._infos()
+        if self._fast:  # else the drivers' info() gave these
+            out.pop("rejection_prob")
+            out.pop("_rejection_prob")
+            mask = np.ones(self.num_envs, bool)
+            for k, v in self._parts(slice(None)).items():
+                out[k], out["_" + k] = v.copy(), mask
+        return out
+
+
+# ====================================================================== single env
+class GatewayEnv(LLMSchedEnv):
+    """
+    ## Description
+
+    An LLM serving cluster behind an llm-d-style gateway, with the agent in charge of the
+    gateway's three decisions at once, once per control interval (``control_interval``,
+    default 100 ms of simulated time): admission (which sheddable arrivals to reject),
+    flow control (when the priority band queues dispatch) and routing (which instance
+    each request goes to). Routing stays per request and compiled: the action sets, for
+    the interval, a factor per instance on LMetric's score ``(queued prefill + uncached
+    tokens) x (in flight + 1)``, and the engine's router picks the lowest weighted score
+    for every request as it leaves the gateway (with LMetric's hotspot detector, as
+    configured by ``router``).
+
+    ## Action Space
+
+    ``Box(0, 1, (A + F + I,), float32)``, three parts in this order:
+
+    1. Admission, ``A`` values. ``admission_action="rejection"`` (default): the rejection
+       probability of each sheddable band (priority < 0), as Admission-v0 (``A`` = S, the
+       sheddable bands). ``admission_action="probabilistic"``: one value ``a`` that scales
+       the engine's probabilistic admitter (``admission``, default ``"probabilistic"``:
+       reject a sheddable request with probability ``min(k s**power, 1)``): ``k = k_base
+       x 16 ** (2 a - 1)`` (``A`` = 1; the admitter treats every sheddable band alike).
+    2. Flow control, ``F`` values. ``flow_action="ceilings"`` (default): one ceiling per
+       band, made non-increasing, as FlowControl-v0 (``F`` = B).
+       ``flow_action="soft-reflective"``: the parameters of the engine's soft-reflective
+       duty cycle (``flow_control``, default ``"soft-reflective-ceiling"``), ``ramp =
+       ramp_base x 2 a[0]`` and ``period_scale = period_scale_base x 4 ** (2 a[1] - 1)``
+       (``F`` = 2), as FlowControl-v0's ``action="soft-reflective"``.
+       ``flow_action="none"``: no flow control, no gateway queue (``F`` = 0): every
+       admitted request is routed when it arrives.
+    3. Routing, ``I`` values (one per instance): instance ``i``'s LMetric score is
+       multiplied by ``4 ** (1 - 2 a[i])`` for the interval (1 -> x1/4, preferred; 0 -> x4,
+       avoided; 0.5 -> x1, LMetric itself).
+
+    The centre action (``env.unwrapped.setup.centre``, also ``BaselineAgent("centre",
+    env)``): 0.5 for every parameter-mode value and every instance, 0 for rejection
+    probabilities, 1 for ceilings. Except with ``flow_action="ceilings"`` it reproduces a
+    baseline combination request for request: ``router`` with the admission part's base
+    (``admission``, default ``probabilistic``; with ``"rejection"``: ``always-admit``) and
+    the flow part's (``flow_control``, default ``soft-reflective-ceiling``; with ``"none"``:
+    no flow control), so a policy can start there and learn adjustments. ``info`` holds
+    the values applied: ``rejection_prob`` or ``admission_k``, ``ceilings`` or
+    ``soft_reflective`` (ramp, period scale; none without flow control), and
+    ``route_weights`` (the factors).
+
+    ## Observation Space
+
+    A ``Dict`` of float32 ``Box``es, the keys of the interval environments (FlowControl-v0,
+    Admission-v0): the cluster as the gateway sees it, including the per-instance
+    quantities LMetric's score is made of (``in_flight``, ``prefill_tokens``) and the
+    scraped load (``running``, ``waiting``, ``kv_util``), plus
+
+    =====================  =========  ===========  ==========================================
+    band_arrival_rate      (B,)       [0, 2] log   arrivals per band in the last interval,
+                                                   req/s (count scale)
+    =====================  =========  ===========  ==========================================
+
+<<OBS>>
+
+    ## Rewards
+
+<<REWARDS>>
+
+    A step's reward covers one control interval. Rejecting costs the rejected request's
+    ``unserved_penalty_s`` (weighted) at once, so shedding pays only when it saves more
+    waiting than it costs.
+
+    ## Starting State
+
+    The simulator of a fresh workload drawn from the scenario at time 0 (nothing has
+    arrived); the first action applies to ``[0, control_interval)``.
+
+    ## Episode End
+
+    1. Termination: every request of the workload has finished or left.
+    2. Truncation: the simulated clock reaches ``horizon``.
+
+    ## Arguments
+
+<<ARGS>>
+
+    Gateway keywords: ``control_interval`` (s, default 0.1); ``admission_action``
+    (``"rejection"``, default, or ``"probabilistic"``) and ``flow_action``
+    (``"ceilings"``, default, ``"soft-reflective"`` or ``"none"``), see Action Space; ``router``
+    (default ``"lmetric"``; ``lmetric`` or ``lmetric-no-detector`` with their parameters:
+    the LMetric the routing part weights); ``admission`` (only with
+    ``admission_action="probabilistic"``: the admitter the action scales, a
+    ``probabilistic`` spec) and ``flow_control`` (only with
+    ``flow_action="soft-reflective"``: a ``soft-reflective-ceiling`` spec). A scenario
+    without a sheddable class is refused with ``ConfigError``.
+
+    ## Version History
+
+    * v0: Initial version.
+    """
+
+    kind = KIND
+
+
+GatewayEnv.__doc__ = fill(GatewayEnv.__doc__, OBS=OBSERVATION_DOC, REWARDS=REWARDS_DOC, ARGS=ARGS_DOC)
+
+# Registration of the kind (the gymnasium id is registered by envs/__init__.py).
+SETUP_BUILDERS[KIND] = make_gateway_setup
+DRIVERS[KIND] = GatewayDriver
+VECTOR_ENVS[KIND] = GatewayVectorEnv
+ENV_NAMES[KIND] = "Gateway"
