@@ -245,23 +245,19 @@ class EngineState:
         self.bk_off, self.ix_off, self.cpu_off = off(4), off(5), off(6)
         self.bkey = np.zeros(int(self.bk_off[-1]), np.int64)
         N, NI = int(self.req_off[-1]), int(self.inst_off[-1])
-        # The (field, item) arrays are in Fortran order: an item's fields sit side by side
-        # (a request's 20 in 160 bytes), as the event loop reads them. Row order put each
-        # field of a request on its own cache line: at 256 clusters the kernel took ~20%
-        # longer per step (benchmarks/env_speed.py).
-        self.ix = np.zeros((N_IX, int(self.ix_off[-1])), np.int64, order="F")
+        self.ix = np.zeros((N_IX, int(self.ix_off[-1])), np.int64)
         self.num_bands, self.max_seqs = B, S = num_bands, max_seqs
-        self.req_i = np.zeros((N_RI, N), np.int64, order="F")
-        self.req_f = np.zeros((N_RF, N), order="F")
-        self.unit_i = np.zeros((N_U, int(self.unit_off[-1])), np.int64, order="F")
-        self.inst_i = np.zeros((N_II, NI), np.int64, order="F")
-        self.inst_f = np.zeros((N_IF, NI), order="F")
+        self.req_i = np.zeros((N_RI, N), np.int64)
+        self.req_f = np.zeros((N_RF, N))
+        self.unit_i = np.zeros((N_U, int(self.unit_off[-1])), np.int64)
+        self.inst_i = np.zeros((N_II, NI), np.int64)
+        self.inst_f = np.zeros((N_IF, NI))
         # Entry-major (one entry, one cache line): every GPU table, then every CPU tier table.
         self.ent = np.zeros((int(self.ent_off[-1] + self.cpu_off[-1]), N_EN), np.int64)
         self.run = np.zeros((NI, N_RUN, S), np.int64)
         self.seg = np.zeros((NI, SEGMENT_CHUNK))
-        self.clu_i = np.zeros((N_CI, C), np.int64, order="F")
-        self.clu_f = np.zeros((N_CF, C), order="F")
+        self.clu_i = np.zeros((N_CI, C), np.int64)
+        self.clu_f = np.zeros((N_CF, C))
         self.bq = np.zeros((3, C, B), np.int64)
         self.ceil_ext = np.ones((C, B))
         self.aprob = np.zeros((C, B))
