@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from ..scenarios import _OVERRIDES
 from ..simulator import SimulatorBatch
 from ..validation import check_number
+from .base import LLMSchedEnv
 from .core import (
     ENV_KEYWORDS,
     CostTracker,
@@ -455,13 +456,8 @@ class AutoscalingEnv(gym.Env):
         cl = self._vec.clusters[0]
         return cl.fleet.view(self.setup.control_interval, cl.last_arrivals)
 
-    @staticmethod
-    def _one(obs: dict) -> dict:
-        return {k: v[0] for k, v in obs.items()}
-
-    @staticmethod
-    def _info_of(infos: dict) -> dict:
-        return {k: v[0] for k, v in infos.items() if not k.startswith("_") and k not in ("final_obs", "final_info")}
+    _one = staticmethod(LLMSchedEnv._one)  # the row of a one-cluster vector step, as the other single envs
+    _info_of = staticmethod(LLMSchedEnv._info_of)
 
 
 AutoscalingEnv.__doc__ = fill(AutoscalingEnv.__doc__, OBS=OBSERVATION_DOC)
