@@ -37,7 +37,7 @@ LOWER_IS_BETTER = (
     "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "ttft_censored",
     "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
     "e2e_mean", "e2e_p50", "e2e_p90", "e2e_p99",
-    "rejected", "expired", "dropped", "in_flight", "preemptions",
+    "rejected", "expired", "dropped", "evicted", "in_flight", "preemptions",
 )
 #: Metrics where higher is better.
 HIGHER_IS_BETTER = ("slo_attainment", "goodput_rps", "throughput_rps", "output_tokens_per_s",

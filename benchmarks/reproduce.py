@@ -179,10 +179,13 @@ NOTES = {
         "flow controller runs its dispatch cycle the same way (a 1 ms ticker and every enqueue, the usage "
         "limit recomputed per cycle, pkg/epp/flowcontrol/controller/internal/processor.go), so the gating "
         "itself is faithful; the published -91% needs the sheddable band held back far more than that on "
-        "the real cluster. Not modelled, and candidates: llm-d-router's demand-driven eviction of in-flight "
-        "lower-priority requests while a higher band is blocked (pkg/epp/flowcontrol/eviction; whether the "
-        "seed's benchmark enabled it is not known), and client timeouts that abort in-flight requests in "
-        "vLLM (the simulator never cancels a dispatched request). Still open."),
+        "the real cluster. One candidate is now modelled: llm-d-router's demand-driven eviction of in-flight "
+        "sheddable requests while a higher band is blocked (GatewayConfig.eviction; section 9). With it on, "
+        "critical TTFT p99 falls to 3.2 s (-95%) under either policy and soft-reflective equals static (-1%), "
+        "so it explains the magnitude only if just the soft-reflective arm had it (whether the seed's "
+        "benchmark enabled it is not known); it is off here, as in llm-d's defaults. Client timeouts that "
+        "abort in-flight requests in vLLM are not modelled (the benchmark's timeouts are not known). Still "
+        "open."),
     ("chat", "paper_qps=40"): (
         "paper_qps 40 and 60 map to load 40/70 = 0.57 and 60/70 = 0.86 of the simulator's measured chat "
         "capacity (78.9 req/s), i.e. 45 and 68 req/s. Measured on seed 0 under the static limit: the "

@@ -57,6 +57,8 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     gw.add_argument("--flow-control", help="usage-limit policy, or 'none' to dispatch on arrival")
     gw.add_argument("--admission", help="admission policy")
     gw.add_argument("--pd", help="P/D decision on a cluster with a prefill pool, e.g. 'pd-llmd:threshold=512'")
+    gw.add_argument("--eviction", action="store_true", default=None,
+                    help="llm-d's demand-driven in-flight eviction of sheddable requests (needs flow control)")
     gw.add_argument("--epp-config", metavar="FILE", help="take every gateway policy from an llm-d EndpointPickerConfig (docs/epp.md)")
 
 
@@ -107,7 +109,7 @@ def scenario_from_args(args) -> "object":
         "kv_blocks": _kv_blocks(args.kv_blocks), "horizon_s": args.horizon,
         "cpu_kv_gb": args.cpu_kv_gb, "cpu_link_gbps": args.cpu_link_gbps, "cpu_kv_shared": args.cpu_kv_shared,
         "prefill_instances": args.prefill_instances, "kv_link": args.kv_link, "kv_link_gbps": args.kv_link_gbps,
-        "kv_link_latency_s": args.kv_link_latency,
+        "kv_link_latency_s": args.kv_link_latency, "eviction": getattr(args, "eviction", None),
     }.items() if v is not None}
     check_scenario_flags(args)
     if args.trace:
@@ -198,15 +200,17 @@ def _print_summary(s: dict) -> None:
     title = (f"{s['scenario']} @ {s['qps']:.3g} req/s, seed {s['seed']}: router={s['router']}, "
              f"flow-control={s['flow_control']}, admission={s['admission']}")
     t = Table(title=title)
-    for col in ("class", "requests", "finished", "rejected", "expired", "dropped", "in flight",
-                "TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean", "TPOT p99", "E2E p99", "req/s", "tok/s"):
-        t.add_column(col, justify="right")
     classes = s["classes"]
+    evicting = any(c.get("evicted", 0) for c in classes.values())  # a column only where the gateway evicts
+    for col in ("class", "requests", "finished", "rejected", "expired", "dropped") + ("evicted",) * evicting + (
+            "in flight", "TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean", "TPOT p99", "E2E p99", "req/s", "tok/s"):
+        t.add_column(col, justify="right")
     if len(classes) == 2 and "all" in classes:  # one class: its row is the "all" row
         classes = {k: v for k, v in classes.items() if k != "all"}
     for name, c in classes.items():
         t.add_row(name, str(c["requests"]), str(c["finished"]), str(c["rejected"]), str(c["expired"]),
-                  str(c["dropped"]), str(c["in_flight"]), _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
+                  str(c["dropped"]), *([str(c["evicted"])] if evicting else []), str(c["in_flight"]),
+                  _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
                   _fmt(c["ttft_p99"]), _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["tpot_p99"], 1e3, 1) + "ms",
                   _fmt(c["e2e_p99"]), _fmt(c["throughput_rps"], 1, 2), _fmt(c["output_tokens_per_s"], 1, 0))
     console = Console(width=max(Console().width, 160))  # keep all columns when piped

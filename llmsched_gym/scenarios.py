@@ -28,6 +28,7 @@ import yaml
 from .capacity import METHOD, capacity_record, steady_state
 from .engine import EngineConfig
 from .errors import ConfigError, check_nonnegative
+from .gateway.eviction import EvictionConfig
 from .gateway.policy import check_policy_ref, make_policy
 from .simulator import (
     CLUSTER_RULES,
@@ -218,13 +219,13 @@ class Scenario:
         check_seed("seed", seed)
         if horizon_s is not ...:
             check_number("horizon_s", horizon_s, gt=0, none_ok=True)
-        g = replace(self.gateway, **gateway)
         if router is not None:
-            g.router = router
+            gateway["router"] = router
         if admission is not None:
-            g.admission = admission
+            gateway["admission"] = admission
         if flow_control is not ...:
-            g.flow_control = flow_control
+            gateway["flow_control"] = flow_control
+        g = replace(self.gateway, **gateway)  # validated together (GatewayConfig.__post_init__)
         return Simulator(workload if workload is not None else self.build_workload(seed), self.cluster, g,
                          seed=seed, horizon_s=self.horizon_s if horizon_s is ... else horizon_s, batch=batch)
 
@@ -289,7 +290,8 @@ def list_scenarios() -> list[str]:
 _OVERRIDES = {"qps", "load", "paper_qps", "instances", "horizon_s", "router", "flow_control", "admission",
               "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "trace_path",
               "capacity_horizon_s", "duration_s", "num_requests", "cpu_kv_gb", "cpu_link_gbps", "cpu_kv_events",
-              "cpu_kv_shared", "prefill_instances", "kv_link", "kv_link_gbps", "kv_link_latency_s", "pd"}
+              "cpu_kv_shared", "prefill_instances", "kv_link", "kv_link_gbps", "kv_link_latency_s", "pd",
+              "eviction"}
 #: make_scenario keywords: numeric rules (the rest are names, policies or paths).
 SCENARIO_OVERRIDE_RULES = {
     "qps": {"gt": 0}, "load": {"gt": 0}, "paper_qps": {"gt": 0},
@@ -327,7 +329,8 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
     ``cpu_kv_gb``, ``cpu_link_gbps``, ``cpu_kv_events``, ``cpu_kv_shared`` (the CPU KV tier),
     ``prefill_instances``, ``kv_link``, ``kv_link_gbps``, ``kv_link_latency_s`` (P/D pools and link),
     ``horizon_s``, ``duration_s`` / ``num_requests`` (synthetic window),
-    ``capacity_horizon_s``, ``router``, ``flow_control``, ``admission``, ``pd``, ``trace_path``.
+    ``capacity_horizon_s``, ``router``, ``flow_control``, ``admission``, ``pd``, ``eviction`` (the
+    gateway's demand-driven eviction, :class:`~llmsched_gym.simulator.GatewayConfig`), ``trace_path``.
     """
     if isinstance(name, Scenario):
         sc = copy.deepcopy(name)
@@ -365,6 +368,8 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
     for k in ("router", "flow_control", "admission", "pd"):
         if k in overrides:
             setattr(sc.gateway, k, overrides.pop(k))
+    if "eviction" in overrides:
+        sc.gateway.eviction = EvictionConfig.from_value(overrides.pop("eviction"), "eviction")
     if "horizon_s" in overrides:
         sc.horizon_s = overrides.pop("horizon_s")
     if "capacity_horizon_s" in overrides:

@@ -77,6 +77,7 @@ from .engine.policies import lower_policies
 from .engine.requests import RequestTable
 from .engine.state import ClusterInputs, EngineState
 from .errors import ConfigError, PolicyError
+from .gateway.eviction import EvictionConfig
 from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, check_policy_ref, make_policy
 from .gateway.saturation import SaturationConfig
 from .gateway.view import RequestInfo, RouterView
@@ -278,6 +279,9 @@ class GatewayConfig:
         pd: the P/D decision (a ``pd``-role policy, ``baselines/pd.py``) of a cluster with a
             prefill pool (``ClusterConfig.prefill_instances``); None: ``pd-always`` there,
             nothing elsewhere.
+        eviction: llm-d's demand-driven in-flight eviction (flow control only): True for
+            llm-d's defaults, an :class:`~llmsched_gym.gateway.eviction.EvictionConfig` or a
+            mapping of its fields; None (default) or False: off.
     """
 
     router: object = "round-robin"
@@ -288,9 +292,14 @@ class GatewayConfig:
     dispatch_interval_s: float = 0.001
     saturation: SaturationConfig | dict | None = None
     pd: object = None
+    eviction: EvictionConfig | dict | bool | None = None
 
     def __post_init__(self) -> None:
         self.saturation = SaturationConfig.from_dict(self.saturation, "gateway.saturation")
+        self.eviction = EvictionConfig.from_value(self.eviction, "gateway.eviction")
+        if self.eviction is not None and self.flow_control is None:
+            raise ConfigError("gateway.eviction needs flow control (gateway.flow_control): llm-d evicts when a "
+                              "queued band is blocked by saturation")
         check_gateway(self)  # policy references, types and ranges
 
 
@@ -346,7 +355,8 @@ class Simulator:
             kv_blocks=cluster.total_blocks(), engine=cluster.engine, latency=self.latency,
             scrape_interval_s=cluster.scrape_interval_s, ttl_s=gateway.ttl_s, band_capacity=gateway.band_capacity,
             dispatch_interval_s=gateway.dispatch_interval_s, horizon_s=self.horizon,
-            expected_output=self.expected_output, rng=self.rng, saturation=gateway.saturation)
+            expected_output=self.expected_output, rng=self.rng, saturation=gateway.saturation,
+            eviction=gateway.eviction)
         if cluster.cpu_kv_gb:
             self.inputs.cpu_blocks = cluster.cpu_blocks()
             self.inputs.cpu_load_us_per_token = cluster.cpu_load_us_per_token()
@@ -376,6 +386,8 @@ class Simulator:
         if gateway.pd is None and not P:
             return None
         pd = make_policy("pd-always" if gateway.pd is None else gateway.pd, "pd")
+        if gateway.eviction is not None and pd.disaggregates:
+            raise ConfigError(f"gateway.eviction on a P/D cluster (cluster.prefill_instances={P}) is not simulated")
         if not P:
             if pd.disaggregates:
                 raise ConfigError(f"gateway.pd={pd.name!r} disaggregates, but the cluster has no prefill pool: "

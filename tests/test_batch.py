@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmsched_gym import ClusterConfig, EngineConfig, GatewayConfig, Simulator, simulate_batch
-from llmsched_gym.engine.layout import II_CPU_USED
+from llmsched_gym.engine.layout import EVICTED, II_CPU_USED
 from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, PrefixSpec, WorkloadSpec, generate
 
 FIELDS = ("instance", "dispatch_t", "first_token_t", "finish_t", "end_t", "outcome", "prefix_hit",
@@ -47,15 +47,18 @@ def test_batch_cluster_equals_alone():
 @given(seed=st.integers(0, 10_000), instances=st.integers(1, 3), kv=st.integers(60, 800),
        rate=st.floats(5, 80), seqs=st.integers(2, 64), budget=st.sampled_from([256, 512, 2048]),
        groups=st.sampled_from([0, 3]), router=st.sampled_from(["jsq", "round-robin", "least-tokens", "random"]),
-       flow=st.sampled_from([None, "soft-reflective-ceiling"]), cpu_gb=st.sampled_from([0.0, 0.05, 1.0]))
-def test_random_configs_conserve_and_release(seed, instances, kv, rate, seqs, budget, groups, router, flow, cpu_gb):
+       flow=st.sampled_from([None, "soft-reflective-ceiling", "static-usage-limit"]),
+       cpu_gb=st.sampled_from([0.0, 0.05, 1.0]), evict=st.booleans())
+def test_random_configs_conserve_and_release(seed, instances, kv, rate, seqs, budget, groups, router, flow, cpu_gb,
+                                             evict):
     w = _workload(seed, rate, 80, prefix_groups=groups, classes=flow is not None)
     cluster = ClusterConfig(instances=instances, kv_blocks=kv, cpu_kv_gb=cpu_gb,
                             engine=EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget))
-    gateway = GatewayConfig(router=router, flow_control=flow, ttl_s=5.0)
+    gateway = GatewayConfig(router=router, flow_control=flow, ttl_s=5.0, eviction=evict and flow is not None)
     sim = Simulator(w, cluster, gateway, seed=seed).run()
     counts = sim.table.counts()
     assert sum(counts.values()) == len(w) and counts["in_flight"] == 0  # one outcome each, drained
+    assert (sim.table.priority[sim.table.outcome == EVICTED] < 0).all()  # only sheddable requests are evicted
     assert (sim.kv_used() == 0).all()  # every reference released at drain
     st_ = sim.state
     i0, i1 = st_.inst_off[0], st_.inst_off[1]

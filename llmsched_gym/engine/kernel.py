@@ -38,6 +38,8 @@ from .layout import (
     CF_A2,
     CF_A3,
     CF_DISP_INT,
+    CF_EVICT_GATE,
+    CF_EVICT_GRACE,
     CF_EXP_OUT,
     CF_F0,
     CF_F1,
@@ -69,6 +71,7 @@ from .layout import (
     CI_BS,
     CI_BUDGET,
     CI_DECISION,
+    CI_EVICT_MAX,
     CI_FLOW,
     CI_HAS_DECISION,
     CI_HEAP_LEN,
@@ -106,6 +109,7 @@ from .layout import (
     EN_PREV,
     EN_REF,
     EVICT_VLLM,
+    EVICTED,
     EXPIRED,
     FINISHED,
     FLOW_HOLDBACK,
@@ -156,6 +160,7 @@ from .layout import (
     II_WQ_HEAD,
     II_WQ_LEN,
     II_WQ_TAIL,
+    IN_FLIGHT,
     IX_NEXT,
     IX_PRESENT,
     IX_PREV,
@@ -986,6 +991,7 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
     R = run[g]
     n = inst_i[II_NRUN, g]
     any_done = False
+    evicting = clu_i[CI_EVICT_MAX, c] > 0
     m = inst_i[II_SEG_LEN, g]
     if m > 0:
         inst_i[II_ITERS, g] += m
@@ -996,8 +1002,9 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
             grown += _blocks(comp + m, bs) - _blocks(comp, bs)
             R[RUN_COMP, j] = comp + m
             R[RUN_GEN, j] += m
-            R[RUN_DONE, j] = 1 if R[RUN_GEN, j] >= R[RUN_OUT, j] else 0
-            any_done |= R[RUN_DONE, j] == 1
+            done = R[RUN_GEN, j] >= R[RUN_OUT, j] or (evicting and req_i[RI_OUTCOME, R[RUN_ID, j]] == EVICTED)
+            R[RUN_DONE, j] = 1 if done else 0
+            any_done |= done
         _allocate(inst_i, ent, g, grown)
     else:
         ftd = clu_f[CF_FT_DELAY, c]
@@ -1013,9 +1020,10 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                     req_i[RI_PREFILL_EST, r] = 0
                     if req_i[RI_PD, r] == PD_PREFILL:  # P/D: its KV goes to the decode instance; this
                         done = True  # token is not sent (the prefill request has max_tokens=1)
-                    else:
+                    elif req_i[RI_OUTCOME, r] != EVICTED:  # an evicted one's client is gone
                         req_f[RF_FIRST, r] = t + ftd
                 done = done or R[RUN_GEN, j] >= R[RUN_OUT, j]
+            done = done or (evicting and req_i[RI_OUTCOME, R[RUN_ID, j]] == EVICTED)
             R[RUN_DONE, j] = 1 if done else 0
             any_done |= R[RUN_DONE, j] == 1
             if R[RUN_PREFILL, j]:
@@ -1030,6 +1038,10 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                 keep += 1
                 continue
             r = R[RUN_ID, j]
+            if evicting and req_i[RI_OUTCOME, r] == EVICTED:  # vLLM frees an aborted request between steps
+                _release(req_i, unit_i, inst_i, ent, g, r, (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j])
+                clu_i[CI_ACTIVE, c] -= 1
+                continue
             if req_i[RI_PD, r] == PD_PREFILL:
                 _send_kv(req_i, req_f, inst_i, clu_i, clu_f, heap_t, heap_r, c, g, r,
                          (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j], t)
@@ -1057,11 +1069,21 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
 def _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, r, t):
     """Request ``r`` becomes schedulable on ``g`` at ``t``."""
     inst_i[II_PENDING, g] -= 1
+    if req_i[RI_OUTCOME, r] == EVICTED:  # revoked on its way: the instance never schedules it
+        clu_i[CI_ACTIVE, inst_i[II_CLUSTER, g]] -= 1
+        return
     _wq_append(req_i, inst_i, g, r)
     if inst_f[IF_NEXT_T, g] == np.inf:
         _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, t)
         return
-    m = inst_i[II_SEG_LEN, g]  # cut a decode segment at the first iteration end >= t
+    _cut_segment(inst_i, inst_f, seg, g, t)
+
+
+@njit(cache=True)
+def _cut_segment(inst_i, inst_f, seg, g, t):
+    """End ``g``'s decode segment (if any) at its first iteration end >= ``t``, where the
+    scheduler next looks at its queues."""
+    m = inst_i[II_SEG_LEN, g]
     if m:
         k = np.searchsorted(seg[g, :m], t, side="left")
         if k + 1 < m:
@@ -1836,9 +1858,140 @@ def _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now):
     return ceil_ext[c, b]  # FLOW_FIXED or FLOW_PY
 
 
+# ===================================================================== demand-driven eviction
 @njit(cache=True)
-def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t, heap_r,
-                    bkey, ix, win_t, win_c, ccount, lat_p, rng, c, t):
+def _before_in_victim_order(req_i, req_f, r, best):
+    """Whether ``r`` is evicted before ``best``: lower priority first, then the most
+    recently dispatched (llm-d's eviction-priority-then-time-ordering)."""
+    if best < 0:
+        return True
+    p, q = req_i[RI_PRIORITY, r], req_i[RI_PRIORITY, best]
+    if p != q:
+        return p < q
+    d, e = req_f[RF_DISPATCH, r], req_f[RF_DISPATCH, best]
+    return d > e or (d == e and r > best)
+
+
+@njit(cache=True)
+def _victim(req_i, req_f, inst_i, run, clu_i, heap_r, c):
+    """Cluster ``c``'s next eviction victim among its dispatched, unfinished requests
+    (running, waiting at an instance, or on their way to one): sheddable ones only
+    (priority < 0, llm-d's eviction-sheddable-filter). Returns (victim or -1, requests in
+    flight, evictable requests)."""
+    best, in_flight, evictable = -1, 0, 0
+    for g in range(clu_i[CI_INST0, c], clu_i[CI_INST1, c]):
+        R = run[g]
+        n_run = inst_i[II_NRUN, g]
+        k = 0
+        q = inst_i[II_WQ_HEAD, g]
+        while k < n_run or q >= 0:
+            if k < n_run:
+                r = R[RUN_ID, k]
+                k += 1
+            else:
+                r = q
+                q = req_i[RI_NEXT, q]
+            if req_i[RI_OUTCOME, r] != IN_FLIGHT:
+                continue
+            in_flight += 1
+            if req_i[RI_PRIORITY, r] < 0:
+                evictable += 1
+                if _before_in_victim_order(req_i, req_f, r, best):
+                    best = r
+    base = clu_i[CI_REQ0, c]
+    for k in range(clu_i[CI_HEAP_LEN, c]):  # dispatched, not yet at their instance
+        r = heap_r[base + k]
+        if req_i[RI_OUTCOME, r] != IN_FLIGHT:
+            continue
+        in_flight += 1
+        if req_i[RI_PRIORITY, r] < 0:
+            evictable += 1
+            if _before_in_victim_order(req_i, req_f, r, best):
+                best = r
+    return best, in_flight, evictable
+
+
+@njit(cache=True)
+def _evict(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, log, c, r, t):
+    """The gateway revokes in-flight ``r`` at ``t``: its stream ends (outcome EVICTED) and
+    the gateway stops counting it; the instance drops it where it is (vLLM aborts a
+    running request between steps, a waiting one at once; one still on its way is
+    dropped when it arrives, :func:`_enqueue`)."""
+    g = clu_i[CI_INST0, c] + req_i[RI_INSTANCE, r]
+    _final(req_i, req_f, r, t, EVICTED)
+    inst_i[II_INFLIGHT, g] -= 1
+    inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]
+    req_i[RI_PREFILL_EST, r] = 0
+    if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING:
+        inst_f[IF_LT_TOKENS, g] -= req_f[RF_SENT, r]
+    if clu_i[CI_LOG_FINISH, c]:  # a Python router hears of it as of a finish
+        log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
+        clu_i[CI_LOG_LEN, c] += 1
+    R = run[g]
+    for j in range(inst_i[II_NRUN, g]):
+        if R[RUN_ID, j] == r:  # leaves at the end of the step in progress (_complete)
+            m = inst_i[II_SEG_LEN, g]  # a decode segment's iterations ended by t count
+            req_i[RI_GENERATED, r] = R[RUN_GEN, j] + (np.searchsorted(seg[g, :m], t, side="right") if m else 0)
+            _cut_segment(inst_i, inst_f, seg, g, t)
+            return
+    prev, q = -1, inst_i[II_WQ_HEAD, g]
+    while q >= 0:
+        if q == r:  # waiting: holds no blocks (preemption released them)
+            nxt = req_i[RI_NEXT, r]
+            if prev >= 0:
+                req_i[RI_NEXT, prev] = nxt
+            else:
+                inst_i[II_WQ_HEAD, g] = nxt
+            if inst_i[II_WQ_TAIL, g] == r:
+                inst_i[II_WQ_TAIL, g] = prev
+            inst_i[II_WQ_LEN, g] -= 1
+            clu_i[CI_ACTIVE, c] -= 1
+            return
+        prev, q = q, req_i[RI_NEXT, q]
+
+
+@njit(cache=True)
+def _reclaim(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, bq, ceil_ext, heap_r, log, c, blocked, nb, s,
+             open_now, t):
+    """llm-d-router's demand-driven eviction at a head-of-line break at band ``blocked``
+    (flowcontrol/controller/internal/reclamation.go): the first band from there with
+    queued requests, a priority above the next victim's, a ceiling > 0 and ``s`` at or
+    above it sizes the decision, ``n = max(1, ceil((s - ceiling) / (s / in_flight)))``
+    revocations (at most CI_EVICT_MAX and the evictable count), each of a lower priority
+    than that band; then no decision until CF_EVICT_GRACE has passed (in the simulator a
+    revoked stream ends at once, so its confirmation is immediate)."""
+    victim, in_flight, evictable = _victim(req_i, req_f, inst_i, run, clu_i, heap_r, c)
+    if victim < 0:
+        return
+    for b in range(blocked, nb):
+        if bq[BQ_LEN, c, b] == 0:
+            continue
+        priority = req_i[RI_PRIORITY, bq[BQ_HEAD, c, b]]
+        if priority <= req_i[RI_PRIORITY, victim]:
+            return
+        ceiling = _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now)
+        if ceiling <= 0.0 or s < ceiling:
+            continue
+        credit = s / in_flight
+        if not (credit > 0.0 and credit < np.inf):
+            return
+        n = min(max(1, int(np.ceil((s - ceiling) / credit))), clu_i[CI_EVICT_MAX, c], evictable)
+        evicted = 0
+        for k in range(n):
+            if k:
+                victim, _, _ = _victim(req_i, req_f, inst_i, run, clu_i, heap_r, c)
+            if victim < 0 or req_i[RI_PRIORITY, victim] >= priority:
+                break
+            _evict(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, log, c, victim, t)
+            evicted += 1
+        if evicted:
+            clu_f[CF_EVICT_GATE, c] = t + clu_f[CF_EVICT_GRACE, c]
+        return
+
+
+@njit(cache=True)
+def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, heap_t, heap_r,
+                    log, bkey, ix, win_t, win_c, ccount, lat_p, rng, c, t):
     """One dispatch cycle: expire, then dispatch at most one request, highest band first,
     stopping at the first band whose ceiling is <= the saturation."""
     expire(req_i, req_f, clu_i, clu_f, bq, c, t)
@@ -1856,6 +2009,9 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
     for b in range(nb):
         if s >= _ceiling(clu_i, clu_f, ceil_ext, c, b, nb, s, open_now):
             blocked = True
+            if clu_i[CI_EVICT_MAX, c] and t >= clu_f[CF_EVICT_GATE, c]:
+                _reclaim(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, bq, ceil_ext, heap_r, log, c, b, nb, s,
+                         open_now, t)
             break
         if bq[BQ_LEN, c, b]:
             r = _band_pop(req_i, bq, c, b)
@@ -1885,6 +2041,8 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq,
         stale_at = inst_f[IF_SCRAPE_T, clu_i[CI_INST0, c]] + clu_f[CF_SAT_STALE, c]
         if stale_at > t:
             wake = min(wake, stale_at)
+        if clu_i[CI_EVICT_MAX, c] and clu_f[CF_EVICT_GATE, c] > t:  # the next eviction decision
+            wake = min(wake, clu_f[CF_EVICT_GATE, c])
         clu_f[CF_NEXT_CYCLE, c] = max(t + interval, wake)
     else:
         clu_f[CF_NEXT_CYCLE, c] = t + interval
@@ -1962,8 +2120,8 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
                 expire(req_i, req_f, clu_i, clu_f, bq, c, t)
                 clu_i[CI_STATUS, c] = ST_CEILINGS
                 return
-            _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, ceil_ext, heap_t,
-                            heap_r, bkey, ix, win_t, win_c, ccount, lat_p, rng, c, t)
+            _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, heap_t,
+                            heap_r, log, bkey, ix, win_t, win_c, ccount, lat_p, rng, c, t)
         if clu_i[CI_STATUS, c] == ST_ROUTE:
             return
         if is_done(clu_i, c):

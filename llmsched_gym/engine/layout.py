@@ -57,19 +57,23 @@ N_EN = 6  # EN_ANON_AFTER: vLLM order, anonymous free blocks released right afte
 (CI_REQ0, CI_REQ1, CI_INST0, CI_INST1, CI_PTR, CI_ACTIVE, CI_HEAP_LEN, CI_NBANDS, CI_STATUS, CI_PENDING,
  CI_DECISION, CI_HAS_DECISION, CI_ROUTER, CI_RR_NEXT, CI_FLOW, CI_TICK, CI_ADMIT, CI_MAX_SEQS, CI_BUDGET,
  CI_BS, CI_MAX_LEN, CI_SKIP, CI_BAND_CAP, CI_LAT_KIND, CI_INTEGER_US, CI_LOG_LEN, CI_LOG_FINISH,
- CI_LAST_ROUTE, CI_SAT_KIND, CI_WIN_HEAD, CI_WIN_LEN, CI_NCLASSES, CI_NSERVE, CI_NPREFILL, CI_PD) = range(35)
-N_CI = 35  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` over the cluster's request slots
+ CI_LAST_ROUTE, CI_SAT_KIND, CI_WIN_HEAD, CI_WIN_LEN, CI_NCLASSES, CI_NSERVE, CI_NPREFILL, CI_PD,
+ CI_EVICT_MAX) = range(36)
+N_CI = 36  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` over the cluster's request slots
 # CI_NSERVE: instances that take new requests, the prefix CI_INST0 .. CI_INST0 + NSERVE of the cluster's
 # (all of them unless an autoscaler drains or has not started the rest); routers and saturation read only those.
 # CI_NPREFILL: P/D disaggregation's prefill pool, the cluster's first NPREFILL instances (0: every instance
 # aggregated, P/D off); CI_PD: the compiled P/D decision (PD_DECIDE_*), parameters in CF_PD0, CF_PD1.
+# CI_EVICT_MAX: llm-d's demand-driven in-flight eviction, most revocations per decision (0: off).
 # Clusters, float64 ``clu_f[field, c]``; P0.. are the compiled policies' parameters.
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
  CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3,
  CF_SAT_QUEUE, CF_SAT_KV, CF_SAT_STALE, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK, CF_A2, CF_A3, CF_PD0, CF_PD1,
- CF_XFER_US, CF_XFER_LAT) = range(30)
-N_CF = 30  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.gateway.saturation)
+ CF_XFER_US, CF_XFER_LAT, CF_EVICT_GRACE, CF_EVICT_GATE) = range(32)
+N_CF = 32  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.gateway.saturation)
 # CF_XFER_US / CF_XFER_LAT: P/D's KV transfer, microseconds per prompt token and seconds per transfer.
+# CF_EVICT_GRACE: seconds after a revocation before the next eviction decision (its confirmation grace);
+# CF_EVICT_GATE: the time the next decision may run.
 # The llm-d router's block-key index entries, int64 ``ix[field, e]``: instance g's entry
 # for dense key k is II_IX0[g] + k.
 IX_PRESENT, IX_PREV, IX_NEXT = range(3)
@@ -99,7 +103,7 @@ PD_AGGREGATED, PD_PREFILL, PD_TRANSFER, PD_ARRIVED, PD_DECODE = range(5)
 PD_DECIDE_ALWAYS, PD_DECIDE_LLMD, PD_DECIDE_DYNAMO = range(3)
 
 # Outcomes (same codes as llmsched_gym.engine.requests).
-IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED = range(5)
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED = range(6)
 
 #: Decode iterations planned at once (bounds the per-instance segment buffer). A shorter
 #: cap would not change any iteration, but the extra segment ends are events at which a

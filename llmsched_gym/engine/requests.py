@@ -9,9 +9,10 @@ import numpy as np
 from ..workloads.workload import Workload
 
 # Outcome codes (docs/architecture.md). IN_FLIGHT covers every request not yet in a final state.
-IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED = 0, 1, 2, 3, 4
+# EVICTED: dispatched, then revoked by the gateway's demand-driven eviction (llm-d).
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED = 0, 1, 2, 3, 4, 5
 OUTCOME_NAMES = {IN_FLIGHT: "in_flight", FINISHED: "finished", REJECTED: "rejected",
-                 EXPIRED: "expired", DROPPED: "dropped"}
+                 EXPIRED: "expired", DROPPED: "dropped", EVICTED: "evicted"}
 
 
 class RequestTable:
@@ -85,5 +86,5 @@ class RequestTable:
 
     def counts(self) -> dict[str, int]:
         """Requests per outcome; they always add up to the number of arrivals."""
-        c = np.bincount(self.outcome, minlength=5)
+        c = np.bincount(self.outcome, minlength=len(OUTCOME_NAMES))
         return {OUTCOME_NAMES[k]: int(c[k]) for k in OUTCOME_NAMES}

@@ -22,6 +22,8 @@ from .layout import (
     BQ_HEAD,
     BQ_TAIL,
     CF_DISP_INT,
+    CF_EVICT_GATE,
+    CF_EVICT_GRACE,
     CF_EXP_OUT,
     CF_FT_DELAY,
     CF_HORIZON,
@@ -39,6 +41,7 @@ from .layout import (
     CI_BAND_CAP,
     CI_BS,
     CI_BUDGET,
+    CI_EVICT_MAX,
     CI_INST0,
     CI_INST1,
     CI_INTEGER_US,
@@ -204,6 +207,7 @@ class ClusterInputs:
     prefill_instances: int = 0  # P/D disaggregation: the first ones are the prefill pool (0: off)
     kv_us_per_token: float = 0.0  # P/D KV transfer: microseconds per prompt token over the link
     kv_latency_s: float = 0.0  # and seconds per transfer
+    eviction: object = None  # llmsched_gym.gateway.eviction.EvictionConfig (None: off)
     units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
@@ -499,6 +503,10 @@ class EngineState:
         cf[CF_SAT_QUEUE, c], cf[CF_SAT_KV, c] = float(sat.queue_depth_threshold), float(sat.kv_cache_util_threshold)
         cf[CF_SAT_STALE, c] = sat.metrics_staleness_threshold_s
         cf[CF_SAT_MAX_REQ, c], cf[CF_SAT_MAX_TOK, c] = sat.max_concurrency, sat.max_token_concurrency
+        ev = x.eviction
+        ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
+        cf[CF_EVICT_GRACE, c] = 0.0 if ev is None else ev.confirmation_grace_s
+        cf[CF_EVICT_GATE, c] = -np.inf
         self.bq[:, c] = 0
         self.bq[BQ_HEAD, c] = self.bq[BQ_TAIL, c] = -1
         self.ceil_ext[c] = 1.0

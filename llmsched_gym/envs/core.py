@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..engine import layout
-from ..engine.requests import DROPPED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
+from ..engine.requests import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..errors import ConfigError
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..scenarios import _OVERRIDES, Scenario, check_scenario_overrides, make_scenario
@@ -326,7 +326,7 @@ class CostTracker:
         stop = self.target[idx]
         known = ~np.isnan(stop)
         out = tb.outcome[idx]
-        unserved = (out == REJECTED) | (out == EXPIRED) | (out == DROPPED)
+        unserved = (out == REJECTED) | (out == EXPIRED) | (out == DROPPED) | ((out == EVICTED) & ~known)
         end = np.where(known, stop, np.where(unserved, tb.end_t[idx], np.inf))
         upto = np.where(known | unserved, end, t) if final else np.minimum(end, t)
         w = self.w[idx]
@@ -370,7 +370,7 @@ def episode_cost(sim, setup: Setup, t_end: float | None = None) -> float:
     a = tb.arrival[:n]
     out = tb.outcome[:n]
     w = setup.weight(tb.priority[:n])
-    unserved = np.isin(out, (REJECTED, EXPIRED, DROPPED))
+    unserved = np.isin(out, (REJECTED, EXPIRED, DROPPED, EVICTED))
     T = np.where(~np.isnan(target), target - a,
                  np.where(unserved, tb.end_t[:n] - a + setup.unserved_penalty_s, t_end - a))
     return float((w * T).sum())

@@ -43,7 +43,7 @@ _LATE_OVERRIDES = {"duration_s", "num_requests", "horizon_s"}
 
 #: Per-class metric columns of the result table (times in seconds).
 METRIC_COLUMNS = (
-    "requests", "finished", "rejected", "expired", "dropped", "in_flight",
+    "requests", "finished", "rejected", "expired", "dropped", "evicted", "in_flight",
     "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "ttft_censored",
     "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
     "e2e_mean", "e2e_p50", "e2e_p90", "e2e_p99",
@@ -511,7 +511,7 @@ KEY_METRICS = (("ttft_mean", "TTFT mean", 1.0), ("ttft_p99", "TTFT p99", 1.0), (
 
 #: What the less obvious columns of the compare table mean (printed under it).
 COLUMN_NOTES = ("SLO: fraction of the class's arrivals that finished within its TTFT and TPOT SLOs (a class "
-                "without SLOs: fraction finished; rejected, expired, dropped, unfinished are misses); goodput: "
+                "without SLOs: fraction finished; rejected, expired, dropped, evicted, unfinished are misses); goodput: "
                 "those requests per second; rej+exp: requests rejected (admission or a full band queue) plus "
                 "expired (waited longer than the gateway TTL), median over seeds.")
 

@@ -4,11 +4,12 @@ Summaries are over *all* arrivals of a class, so a policy cannot improve them by
 serving requests (docs/architecture.md, "Metrics"):
 
 * ``slo_attainment`` and ``goodput_rps`` count a request as meeting its SLO only if it
-  finished within its class's TTFT and TPOT SLOs; rejected, expired, dropped and
+  finished within its class's TTFT and TPOT SLOs; rejected, expired, dropped, evicted and
   unfinished requests are misses. ``all`` applies each request's own class SLO.
 * ``ttft_*`` statistics include the requests that never got a first token while
-  waiting for one (expired in the gateway queue, or still waiting when the run
-  stopped), *censored* at their wait: their true TTFT is at least that long.
+  waiting for one (expired in the gateway queue, evicted by the gateway before their
+  first token, or still waiting when the run stopped), *censored* at their wait: their
+  true TTFT is at least that long.
   ``ttft_censored`` counts them; rejected and dropped requests have no wait and are
   reported beside TTFT (``rejected``, ``dropped``).
 * Rates (``throughput_rps``, ``goodput_rps``, ``output_tokens_per_s``) are over the
@@ -22,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..engine.requests import EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
+from ..engine.requests import EVICTED, EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
 from ..workloads.workload import class_name
 
 PERCENTILES = (50, 90, 99)
@@ -63,14 +64,14 @@ def request_records(table: RequestTable, now: float | None = None) -> dict[str, 
     """Per-request columns: times in seconds, NaN where an event did not happen.
 
     ``ttft_or_wait`` is the TTFT, or for a request that never got a first token the
-    time it waited for one: until it expired, or until ``now`` (the simulation's
+    time it waited for one: until it expired or was evicted, or until ``now`` (the simulation's
     clock, if given) for a request that arrived and is still waiting. ``censored``
     marks those lower bounds.
     """
     ttft = table.first_token_t - table.arrival
     no_first = np.isnan(table.first_token_t)
-    expired = no_first & (table.outcome == EXPIRED)
-    wait = np.where(expired, table.end_t - table.arrival, np.nan)
+    gave_up = no_first & ((table.outcome == EXPIRED) | (table.outcome == EVICTED))
+    wait = np.where(gave_up, table.end_t - table.arrival, np.nan)
     if now is not None:
         waiting = no_first & (table.outcome == IN_FLIGHT) & (table.arrival <= now)
         wait = np.where(waiting, now - table.arrival, wait)

@@ -101,6 +101,8 @@ class EPPConfig:
             None for llm-d's default utilization detector (the simulator's).
         warnings: what llm-d would ignore in this file (printed by the CLI).
         source: the file (or label) it came from.
+        eviction: ``flowControl.enableEviction`` (demand-driven in-flight eviction with
+            llm-d's defaults, :mod:`llmsched_gym.gateway.eviction`).
     """
 
     router: str
@@ -111,14 +113,18 @@ class EPPConfig:
     saturation: dict | None = None
     warnings: tuple = ()
     source: str = "EndpointPickerConfig"
+    eviction: bool = False
 
     def policies(self) -> dict:
         """``{router, flow_control, admission}`` (Scenario.simulator keywords)."""
         return {"router": self.router, "flow_control": self.flow_control, "admission": self.admission}
 
     def gateway_kwargs(self) -> dict:
-        """Every GatewayConfig field this config sets (policies, TTL, band capacity, detector)."""
+        """Every GatewayConfig field this config sets (policies, TTL, band capacity, detector,
+        eviction)."""
         out = self.policies()
+        if self.eviction:
+            out["eviction"] = True
         if self.ttl_s is not None:
             out["ttl_s"] = self.ttl_s
         if self.band_capacity is not None:
@@ -333,8 +339,11 @@ def epp_config_from_dict(d, source: str = "EndpointPickerConfig") -> EPPConfig:
     admitters = [p for p in plugins.values() if p.type in ADMITTERS]
     if len(admitters) > 1:
         raise ConfigError(f"{admitters[1].where}: a second admitter is not simulated (one admission policy)")
+    eviction = False
     if flow_on:
         flow_control, ttl, capacity = _flow_control(fc, plugins, source)
+        if "enableEviction" in fc:
+            eviction = _bool(f"{source}: flowControl.enableEviction", fc["enableEviction"])
         if admitters:
             raise ConfigError(f"{admitters[0].where}: with the flowControl gate llm-d runs the admitter after "
                               "dispatch; the simulator admits on arrival, so this is not simulated")
@@ -350,7 +359,7 @@ def epp_config_from_dict(d, source: str = "EndpointPickerConfig") -> EPPConfig:
             saturation = None  # only the legacy gate read it, and the admitter subsumes that gate
         else:
             admission = "legacy"
-    cfg = EPPConfig(router, flow_control, admission, ttl, capacity, saturation, tuple(warnings), source)
+    cfg = EPPConfig(router, flow_control, admission, ttl, capacity, saturation, tuple(warnings), source, eviction)
     cfg.gateway_kwargs()  # a detector the simulator cannot honour fails now, naming the file
     return cfg
 
@@ -499,8 +508,6 @@ def _flow_control(fc: dict, plugins: dict[str, _Plugin], source: str) -> tuple[s
         if k in fc and parse_quantity(f"{where}.{k}", fc[k]) > 0:
             what = "request sizes in bytes are not modelled" if k == "maxBytes" else "only per-band capacities are"
             raise ConfigError(f"{where}.{k}={fc[k]!r} is not simulated ({what}); leave it out or 0")
-    if "enableEviction" in fc and _bool(f"{where}.enableEviction", fc["enableEviction"]):
-        raise ConfigError(f"{where}.enableEviction=true is not simulated (in-flight eviction)")
     ttl = DEFAULT_TTL_S
     if fc.get("defaultRequestTTL") is not None:
         ttl = parse_duration(f"{where}.defaultRequestTTL", fc["defaultRequestTTL"])
@@ -652,13 +659,15 @@ def canonical_policies(spec) -> dict:
     return out
 
 
-def to_epp_config(spec, *, ttl_s: float | None = None, band_capacity: int | None = None) -> dict:
+def to_epp_config(spec, *, ttl_s: float | None = None, band_capacity: int | None = None,
+                  eviction: bool = False) -> dict:
     """The EndpointPickerConfig (a dict) that deploys policy combination ``spec``.
 
     ``spec``: a combination string (``llm-d:prefix_weight=2+soft-reflective-ceiling``) or
     a ``{router, flow_control, admission}`` dict; defaults as :func:`_combination`.
     ``ttl_s`` / ``band_capacity`` set ``defaultRequestTTL`` and the bands' ``maxRequests``
-    (flow control only). Policies llm-d cannot deploy exactly raise ConfigError.
+    (flow control only); ``eviction`` sets ``enableEviction`` (llm-d's defaults only).
+    Policies llm-d cannot deploy exactly raise ConfigError.
     """
     c = _combination(spec)
     plugins: list[dict] = []
@@ -714,10 +723,12 @@ def to_epp_config(spec, *, ttl_s: float | None = None, band_capacity: int | None
             fc["defaultRequestTTL"] = "0s" if ttl_s >= NO_EVICTION_TTL_S else f"{ttl_s:g}s"
         if band_capacity is not None:
             fc["defaultPriorityBand"] = {"priority": 0, "maxRequests": int(band_capacity)}
+        if eviction:
+            fc["enableEviction"] = True
         out["flowControl"] = fc
     else:
-        if ttl_s is not None or band_capacity is not None:
-            raise ConfigError("ttl_s / band_capacity apply to flow control; the combination has none")
+        if ttl_s is not None or band_capacity is not None or eviction:
+            raise ConfigError("ttl_s / band_capacity / eviction apply to flow control; the combination has none")
         if adm_name == "always-admit":
             raise ConfigError("admission always-admit without flow control cannot be deployed: llm-d without the "
                               "flowControl gate always applies its legacy gate (use legacy or probabilistic, or "
@@ -836,8 +847,9 @@ def _with_epp_entries(args):
             print(f"warning: {cfg.source}: {w}", file=sys.stderr)
         extra = {k: v for k, v in (("ttl_s", cfg.ttl_s), ("band_capacity", cfg.band_capacity))
                  if v is not None and v != {"ttl_s": DEFAULT_TTL_S, "band_capacity": DEFAULT_BAND_CAPACITY}[k]}
-        if extra or cfg.saturation is not None:
+        if extra or cfg.saturation is not None or cfg.eviction:
             raise ConfigError(f"compare --epp-config {f}: its defaultRequestTTL / maxRequests / saturation detector "
+                              "/ enableEviction "
                               "differ from the defaults, and compare sets policies only; use run --epp-config or a "
                               "scenario YAML with gateway: {epp_config: FILE}")
         entries.append(cfg.spec(label=Path(f).stem))

@@ -99,7 +99,7 @@ class RoutingPolicy(Policy):
         """After the request was sent to ``instance`` (update router-side indexes)."""
 
     def on_finish(self, request_id: int, instance: int) -> None:
-        """After a dispatched request left ``instance`` (finished or dropped)."""
+        """After a dispatched request left ``instance`` (finished, dropped, or evicted by the gateway)."""
 
 
 class PDPolicy(Policy):
