@@ -175,3 +175,17 @@ def test_a_python_router_hears_of_evictions():
                     seed=1).run()
     assert (sim.table.outcome == EVICTED).sum() > 0
     assert (router.books == 0).all()  # every dispatched request, evicted ones too, left its instance
+
+
+def test_compare_and_run_take_eviction(capsys, tmp_path):
+    from llmsched_gym.cli import main
+
+    assert main(["compare", "--scenario", "reasoning", "--paper-qps", "0.7", "--policies", "soft-reflective-ceiling",
+                 "--seeds", "1", "--duration", "300", "--eviction", "--no-plots", "--out", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    assert "evicted" in out.split("\n┡")[0]  # the column is in the header
+    assert main(["run", "--scenario", "reasoning", "--paper-qps", "0.7", "--flow-control", "soft-reflective-ceiling",
+                 "--eviction", "--horizon", "300"]) == 0
+    assert "evicted" in capsys.readouterr().out
+    assert main(["run", "--scenario", "reasoning", "--flow-control", "none", "--eviction", "--horizon", "10"]) == 2
+    assert "gateway.eviction needs flow control" in capsys.readouterr().err

@@ -513,7 +513,8 @@ KEY_METRICS = (("ttft_mean", "TTFT mean", 1.0), ("ttft_p99", "TTFT p99", 1.0), (
 COLUMN_NOTES = ("SLO: fraction of the class's arrivals that finished within its TTFT and TPOT SLOs (a class "
                 "without SLOs: fraction finished; rejected, expired, dropped, evicted, unfinished are misses); goodput: "
                 "those requests per second; rej+exp: requests rejected (admission or a full band queue) plus "
-                "expired (waited longer than the gateway TTL), median over seeds.")
+                "expired (waited longer than the gateway TTL), median over seeds; evicted (where shown): revoked "
+                "in flight by the gateway's demand-driven eviction.")
 
 
 CHANGE_COLUMNS = ("ttft_mean", "ttft_p99", "tpot_mean", "e2e_p99", "throughput_rps")
@@ -548,6 +549,9 @@ def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) 
         unit = " (ms)" if scale == 1e3 else (" (s)" if label.startswith(("TTFT", "E2E")) else "")
         t.add_column(label + unit, justify="right")
     t.add_column("rej+exp", justify="right")
+    evicting = any(r.get("evicted") for r in table.rows)  # a column only where the gateway evicts
+    if evicting:
+        t.add_column("evicted", justify="right")
     classes = [c for c in st.classes if c in table.unique("class")] or table.unique("class")
     if len([c for c in table.unique("class") if c != "all"]) == 1 and len(classes) > 1:
         classes = [c for c in classes if c != "all"]  # one class: its rows are the "all" rows
@@ -570,6 +574,9 @@ def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) 
                 rej = lookup(stats, point=point, policy=pol, metric="rejected", **{"class": cls})
                 exp = lookup(stats, point=point, policy=pol, metric="expired", **{"class": cls})
                 cells.append(_fmt((rej["median"] if rej else 0) + (exp["median"] if exp else 0), 1, 4))
+                if evicting:
+                    ev = lookup(stats, point=point, policy=pol, metric="evicted", **{"class": cls})
+                    cells.append(_fmt(ev["median"] if ev else 0, 1, 4))
                 t.add_row(point, cls, pol, *cells)
             t.add_section()
     t.caption = COLUMN_NOTES
@@ -672,6 +679,8 @@ def add_cli(subparsers) -> None:
     p.add_argument("--pd", help="P/D decision for entries that do not set one (a scenario with a prefill pool)")
     p.add_argument("--scaler", help="scaling policy for entries that do not set one: the cell runs autoscaled "
                    "(e.g. hpa-kv:target=0.3; docs/environments.md, Autoscaling-v0)")
+    p.add_argument("--eviction", action="store_true",
+                   help="llm-d's demand-driven in-flight eviction in every cell (entries need flow control)")
     p.add_argument("--baseline", help="label of the policy entry that changes are relative to (default: the first)")
     p.add_argument("--seeds", type=int, default=3, help="number of paired seeds (default 3)")
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
@@ -712,6 +721,8 @@ def cmd_compare(args) -> int:
     if common:
         parse_policy({k: v for k, v in common.items()})  # validate names
     overrides = window_overrides(args)
+    if args.eviction:
+        overrides["eviction"] = True
     rates = {k: _parse_rates(k, getattr(args, k)) for k in RATE_KINDS if getattr(args, k) is not None}
     if args.scenario is None and args.policies is None and not rates:
         studies = default_studies()

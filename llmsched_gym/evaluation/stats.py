@@ -44,7 +44,7 @@ DEFAULT_METRICS = (
     "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
     "e2e_mean", "e2e_p50", "e2e_p90", "e2e_p99",
     "slo_attainment", "goodput_rps", "throughput_rps", "output_tokens_per_s",
-    "rejected", "expired", "ttft_censored", "prefix_hit_token_ratio",
+    "rejected", "expired", "evicted", "ttft_censored", "prefix_hit_token_ratio",
 )
 
 N_BOOT = 2000
