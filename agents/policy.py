@@ -126,6 +126,20 @@ class LoadedAgent:
         #: FlowControl: what the action sets ("ceilings" or "soft-reflective", the env's ``action``)
         self.flow_action = str((self.meta.get("env_kwargs") or {}).get("action", "ceilings"))
 
+    def check_instances(self, num_instances: int) -> None:
+        """A clear error, before a simulation starts, where an interval agent (FlowControl,
+        Admission) meets a cluster of another size: its observation is per instance."""
+        from llmsched_gym.envs.core import COMMON_KEYS
+
+        space = self.model.observation_space
+        for k in COMMON_KEYS:
+            if k.size == "I" and k.name in space.spaces and space[k.name].shape[0] != num_instances:
+                raise ConfigError(
+                    f"agent:{self.model_file.parent}: this {self.env_id} model was trained on "
+                    f"{space[k.name].shape[0]} instances (observation {k.name!r} has one entry per instance); the "
+                    f"cluster has {num_instances}. Train one for this cluster size (llmsched-gym train --instances "
+                    f"{num_instances})")
+
     def normalize(self, obs: dict) -> dict:
         if self.vecnorm is not None and self.vecnorm.norm_obs:
             obs = self.vecnorm.normalize_obs(obs)
@@ -286,6 +300,8 @@ class AgentUsageLimit(UsageLimitPolicy):
         self.reset(0, None)
 
     def reset(self, num_instances: int, rng) -> None:
+        if num_instances:
+            self.agent.check_instances(num_instances)
         self._builder = None
         self._next_t = -np.inf
         self._values = None
@@ -346,6 +362,8 @@ class AgentSoftReflective(UsageLimitPolicy):
     def reset(self, num_instances: int, rng) -> None:
         from baselines.flow_control import SoftReflectiveCeiling
 
+        if num_instances:
+            self.agent.check_instances(num_instances)
         self._builder = None
         self._next_t = -np.inf
         self._view = None

@@ -153,6 +153,14 @@ class HarnessSelectionMixin:
         if locals_["done"]:
             self._episode_metrics.append(locals_["info"].get("episode_metrics"))
 
+    def _on_training_start(self) -> None:
+        """Evaluate the untrained policy first (timestep 0), so that ``best/`` never ranks
+        below the starting point on the selection episodes: for a residual policy, the
+        baseline it starts at."""
+        super()._on_training_start()
+        if self.eval_freq > 0:
+            self._on_step()  # n_calls is 0: an evaluation step
+
     def _on_step(self) -> bool:
         if not (self.eval_freq > 0 and self.n_calls % self.eval_freq == 0):
             return super()._on_step()

@@ -117,3 +117,11 @@ def test_agent_path_errors(fc_run, tmp_path):
         load_agent(run / "checkpoints" / ck.name)
     meta = json.loads((fc_run / "agent.json").read_text())
     assert meta["complete"] is True and meta["wall_seconds"] > 0
+
+
+def test_an_interval_agent_refuses_another_cluster_size_before_simulating():
+    from llmsched_gym.scenarios import make_scenario
+
+    sc = make_scenario("codegen", paper_qps=16, instances=4)
+    with pytest.raises(ConfigError, match="trained on 2 instances .* the cluster has 4"):
+        sc.simulator(0, flow_control="agent:agents/pretrained/fc-codegen")

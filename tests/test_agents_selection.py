@@ -143,7 +143,7 @@ EVALS = [([-10.0, -10.0], [_metrics(1.0, 0.5), _metrics(1.0, 0.5)]),
          ([-5.0, -5.0], [_metrics(0.4, 0.7), _metrics(0.6, 0.7)])]
 
 
-def _drive(tmp_path, monkeypatch, select, evals=EVALS, maskable=False):
+def _drive(tmp_path, monkeypatch, select, evals=EVALS, maskable=False, start=False):
     """Run the selecting callback over synthetic evaluations (``evaluate_policy`` patched):
     returns (callback, timesteps at which callback_on_new_best ran)."""
     from stable_baselines3 import PPO
@@ -178,7 +178,10 @@ def _drive(tmp_path, monkeypatch, select, evals=EVALS, maskable=False):
                                        best_model_save_path=str(tmp_path / "best"), callback_on_new_best=Record(),
                                        select=select, warn=False)
     cb.init_callback(model)
-    for k in range(len(evals)):
+    if start:  # the first evaluation is training start's (timestep 0)
+        model.num_timesteps = 0
+        cb.on_training_start({}, {})
+    for k in range(len(evals) - start):
         model.num_timesteps = 100 * (k + 1)
         assert cb.on_step()
     return cb, seen
@@ -222,6 +225,14 @@ def test_callback_directions_reward_and_ties(tmp_path, monkeypatch):
     # a class absent from every episode is NaN too
     _, seen = _drive(tmp_path / "absent", monkeypatch, "ttft_mean:sheddable")
     assert seen == [100, 200]  # all NaN: the reward decides
+
+
+def test_the_untrained_policy_is_evaluated_first(tmp_path, monkeypatch):
+    # training start evaluates at timestep 0: if every later evaluation is worse, best/ is the start
+    worse = [([-1.0], [_metrics(0.2, 0.5)]), ([-2.0], [_metrics(0.9, 0.5)]), ([-3.0], [_metrics(0.8, 0.5)])]
+    cb, seen = _drive(tmp_path, monkeypatch, "ttft_mean:all", worse, start=True)
+    assert seen == [0] and cb.best_metric()["timesteps"] == 0
+    assert np.load(tmp_path / "eval" / "evaluations.npz")["timesteps"].tolist() == [0, 100, 200]
 
 
 def test_callback_needs_episode_metrics(tmp_path, monkeypatch):
