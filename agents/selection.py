@@ -135,8 +135,9 @@ class HarnessSelectionMixin:
     (:class:`agents.vec.SaveBestStats`) when the evaluation's key beats the best one.
     ``best_mean_reward`` then is the mean reward of the selected model."""
 
-    def __init__(self, *args, select: "str | Selection" = "reward", **kwargs):
+    def __init__(self, *args, select: "str | Selection" = "reward", evaluate_start: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
+        self.evaluate_start = evaluate_start
         self.selection = parse_select(select) if isinstance(select, str) else select
         self._episode_metrics: list = []
         self.evaluations_metrics: list[dict] = []
@@ -154,11 +155,11 @@ class HarnessSelectionMixin:
             self._episode_metrics.append(locals_["info"].get("episode_metrics"))
 
     def _on_training_start(self) -> None:
-        """Evaluate the untrained policy first (timestep 0), so that ``best/`` never ranks
-        below the starting point on the selection episodes: for a residual policy, the
-        baseline it starts at."""
+        """With ``evaluate_start`` (a policy that starts at a baseline: ``--policy
+        residual``), evaluate the untrained policy first (timestep 0), so that ``best/``
+        never ranks below that baseline on the selection episodes."""
         super()._on_training_start()
-        if self.eval_freq > 0:
+        if self.evaluate_start and self.eval_freq > 0:
             self._on_step()  # n_calls is 0: an evaluation step
 
     def _on_step(self) -> bool:

@@ -367,7 +367,8 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     per_env = max(1, e_freq // n)  # callbacks count calls (one per vector step)
     eval_cb = EvalCB(eval_venv, n_eval_episodes=max(e_eps, n_eval_envs), eval_freq=per_env,
                      log_path=str(out / "eval"), best_model_save_path=str(out / "best"), deterministic=True,
-                     verbose=verbose, callback_on_new_best=SaveBestStats(out / "best"), select=selection)
+                     verbose=verbose, callback_on_new_best=SaveBestStats(out / "best"), select=selection,
+                     evaluate_start=policy_variant == "residual")
     ckpt = CheckpointCallback(save_freq=max(1, c_freq // n), save_path=str(out / "checkpoints"),
                               name_prefix="model", save_vecnormalize=True)
     # learn() runs whole rollouts: ask for what it will run, so the progress bar's total is right.

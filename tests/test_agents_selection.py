@@ -176,7 +176,7 @@ def _drive(tmp_path, monkeypatch, select, evals=EVALS, maskable=False, start=Fal
     model.set_logger(configure(None, []))
     cb = eval_callback_class(maskable)(env, n_eval_episodes=2, eval_freq=1, log_path=str(tmp_path / "eval"),
                                        best_model_save_path=str(tmp_path / "best"), callback_on_new_best=Record(),
-                                       select=select, warn=False)
+                                       select=select, warn=False, evaluate_start=start)
     cb.init_callback(model)
     if start:  # the first evaluation is training start's (timestep 0)
         model.num_timesteps = 0
