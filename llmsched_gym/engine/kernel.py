@@ -1891,24 +1891,23 @@ def _victim(req_i, req_f, inst_i, run, clu_i, heap_r, c):
             else:
                 r = q
                 q = req_i[RI_NEXT, q]
-            if req_i[RI_OUTCOME, r] != IN_FLIGHT:
-                continue
-            in_flight += 1
-            if req_i[RI_PRIORITY, r] < 0:
-                evictable += 1
-                if _before_in_victim_order(req_i, req_f, r, best):
-                    best = r
+            best, in_flight, evictable = _tally(req_i, req_f, r, best, in_flight, evictable)
     base = clu_i[CI_REQ0, c]
     for k in range(clu_i[CI_HEAP_LEN, c]):  # dispatched, not yet at their instance
-        r = heap_r[base + k]
-        if req_i[RI_OUTCOME, r] != IN_FLIGHT:
-            continue
-        in_flight += 1
-        if req_i[RI_PRIORITY, r] < 0:
-            evictable += 1
-            if _before_in_victim_order(req_i, req_f, r, best):
-                best = r
+        best, in_flight, evictable = _tally(req_i, req_f, heap_r[base + k], best, in_flight, evictable)
     return best, in_flight, evictable
+
+
+@njit(cache=True)
+def _tally(req_i, req_f, r, best, in_flight, evictable):
+    """:func:`_victim`'s totals with request ``r`` counted (if still in flight)."""
+    if req_i[RI_OUTCOME, r] != IN_FLIGHT:
+        return best, in_flight, evictable
+    if req_i[RI_PRIORITY, r] < 0:
+        evictable += 1
+        if _before_in_victim_order(req_i, req_f, r, best):
+            best = r
+    return best, in_flight + 1, evictable
 
 
 @njit(cache=True)
