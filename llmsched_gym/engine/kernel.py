@@ -1880,18 +1880,12 @@ def _victim(req_i, req_f, inst_i, run, clu_i, heap_r, c):
     flight, evictable requests)."""
     best, in_flight, evictable = -1, 0, 0
     for g in range(clu_i[CI_INST0, c], clu_i[CI_INST1, c]):
-        R = run[g]
-        n_run = inst_i[II_NRUN, g]
-        k = 0
+        for j in range(inst_i[II_NRUN, g]):
+            best, in_flight, evictable = _tally(req_i, req_f, run[g, RUN_ID, j], best, in_flight, evictable)
         q = inst_i[II_WQ_HEAD, g]
-        while k < n_run or q >= 0:
-            if k < n_run:
-                r = R[RUN_ID, k]
-                k += 1
-            else:
-                r = q
-                q = req_i[RI_NEXT, q]
-            best, in_flight, evictable = _tally(req_i, req_f, r, best, in_flight, evictable)
+        while q >= 0:
+            best, in_flight, evictable = _tally(req_i, req_f, q, best, in_flight, evictable)
+            q = req_i[RI_NEXT, q]
     base = clu_i[CI_REQ0, c]
     for k in range(clu_i[CI_HEAP_LEN, c]):  # dispatched, not yet at their instance
         best, in_flight, evictable = _tally(req_i, req_f, heap_r[base + k], best, in_flight, evictable)
