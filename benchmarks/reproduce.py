@@ -198,7 +198,9 @@ NOTES = {
         "0.5-1 band, which the real cluster reached at 40-60 QPS: here the approach to capacity is a cliff "
         "set by the batch-slot limit, there it was gradual. What made it gradual (more requests waiting "
         "before the slots ran out, slower steps at large batches than the linear step-time preset prices) is "
-        "not known. Still open."),
+        "not known. The step-time model is not it: with the roofline model, which prices a decode step by "
+        "its weight and KV reads, chat at paper_qps 40 and 60 is neutral too (critical TTFT p99 23 / 29 ms "
+        "under both policies, 3 seeds, the capacity measured with that model). Still open."),
     ("chat", "paper_qps=60"): "See chat 40 (same mechanism).",
 }
 _ORACLE = (
