@@ -200,7 +200,8 @@ NOTES = {
         "before the slots ran out, slower steps at large batches than the linear step-time preset prices) is "
         "not known. The step-time model is not it: with the roofline model, which prices a decode step by "
         "its weight and KV reads, chat at paper_qps 40 and 60 is neutral too (critical TTFT p99 23 / 29 ms "
-        "under both policies, 3 seeds, the capacity measured with that model). Still open."),
+        "under both policies, seeds 0-2, `make_scenario('chat', paper_qps=P, latency_model='roofline')`, "
+        "whose capacity is measured with that model). Still open."),
     ("chat", "paper_qps=60"): "See chat 40 (same mechanism).",
 }
 _ORACLE = (
