@@ -347,6 +347,7 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     epoints = _eval_points(points, list(eval_scenarios), rate_kind, list(eval_rates))
 
     venv = VecMonitor(make_venv(env_id, points, n, env_kwargs, seed))
+    n = venv.num_envs  # at least one env per curriculum point: rollouts and callback periods count these
     venv = VecNormalize(venv, gamma=hp.get("gamma", 0.99), **normalize)
     ekw = dict(env_kwargs)
     if e_dur is not None:

@@ -2,6 +2,7 @@
 
     python benchmarks/train_agents.py routing  [--seeds 1,2,3,4,5] [--timesteps 30000] [--eval-seeds 100,101,102]
     python benchmarks/train_agents.py flow_control [...]
+    python benchmarks/train_agents.py routing-residual --eval-seeds 100,101,102,103,104
     python benchmarks/train_agents.py report           # tables + figures from saved results
     python benchmarks/train_agents.py routing --no-train --ship 1   # + copy seed 1 to agents/pretrained/
 
@@ -54,7 +55,21 @@ STUDIES = {
         timesteps=100000, eval_scenarios=["codegen"], eval_rate_kind="paper_qps", eval_rates=[16.0],
         baselines=["static-usage-limit", "soft-reflective-ceiling"], role="fc", duration_s=None,
         metrics=["ttft_p99", "ttft_mean", "tpot_mean", "tpot_p99"], cls="critical", prefix="fc-codegen"),
+    # Issue #16, must-show 1: the residual router (LMetric's logits + a learned correction that
+    # starts at zero, i.e. exactly lmetric-no-detector) trained on a curriculum of the four
+    # scenarios at loads 0.4/0.5/0.6, evaluated at 0.5 against lmetric, its start and jsq.
+    "routing-residual": dict(
+        env="llmsched/Routing-v0", algo="maskable-ppo", train_scenario="chatbot,agent,coder,toolagent",
+        rate_flag="--load", rate="0.4:0.6:3", timesteps=100000,
+        train_args=["--policy", "residual", "--eval-rates", "0.5", "--eval-freq", "20000"],
+        eval_scenarios=["chatbot", "agent", "coder", "toolagent"], eval_rate_kind="load", eval_rates=[0.5],
+        baselines=["jsq", "lmetric", "lmetric-no-detector"], role="router", duration_s=60.0,
+        metrics=["ttft_mean", "tpot_mean", "ttft_p99", "tpot_p99"], cls="all", prefix="routing-residual",
+        must_show=dict(baseline="lmetric", metrics=["ttft_mean", "tpot_mean"], better_on=3)),
 }
+# The one change tried on top (docs/agents.md): twice the steps, as the 100k runs' held-out
+# returns were still rising at their last evaluation.
+STUDIES["routing-residual-200k"] = dict(STUDIES["routing-residual"], timesteps=200000, prefix="routing-residual-200k")
 
 
 # ====================================================================== training
@@ -62,12 +77,13 @@ def train_runs(cfg: dict, seeds: list[int], timesteps: int, root: Path) -> dict:
     walls = {}
     for s in seeds:
         out = root / f"{cfg['prefix']}-s{s}"
-        if (out / "agent.json").exists():
-            walls[s] = json.loads((out / "agent.json").read_text())["wall_seconds"]
+        meta = out / "agent.json"
+        if meta.exists() and json.loads(meta.read_text()).get("complete", True):  # an interrupted run is redone
+            walls[s] = json.loads(meta.read_text())["wall_seconds"]
             continue
         cmd = ["llmsched-gym", "train", "--env", cfg["env"], "--scenario", cfg["train_scenario"], "--algo", cfg["algo"],
-               cfg["rate_flag"], cfg["rate"], "--timesteps", str(timesteps), "--seed", str(s), "--out", str(out),
-               "--no-progress"]
+               cfg["rate_flag"], cfg["rate"], *cfg.get("train_args", []), "--timesteps", str(timesteps),
+               "--seed", str(s), "--out", str(out), "--no-progress"]
         print(" ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         walls[s] = json.loads((out / "agent.json").read_text())["wall_seconds"]
@@ -131,8 +147,40 @@ def report(name: str, res: dict) -> str:
     return "\n".join(lines) + "  (times in ms)\n"
 
 
+def must_show(res: dict) -> str:
+    """The study's must-show against one baseline, decided by P(agent better) and its 95%
+    interval (fixed before the results): *better* when the interval's lower end is above
+    0.5, *worse* when its upper end is below 0.5, otherwise a *tie* (no worse, not better)."""
+    cfg = res["config"]
+    ms = cfg.get("must_show")
+    if not ms:
+        return ""
+    rows, seeds, es = res["rows"], res["train_seeds"], res["eval_seeds"]
+    b, lines, better, worse = ms["baseline"], [], {m: 0 for m in ms["metrics"]}, 0
+    lines.append(f"\nMust-show vs {b} (P(agent better) [95% CI]; IQM agent vs {b}, ms):\n")
+    lines += ["| scenario | " + " | ".join(ms["metrics"]) + " |", "|" + "---|" * (len(ms["metrics"]) + 1)]
+    for sc in cfg["eval_scenarios"]:
+        cells = []
+        for m in ms["metrics"]:
+            a = np.stack([_matrix(rows, sc, f"agent-s{s}", m, "all", es) for s in seeds])
+            base = _matrix(rows, sc, b, m, "all", es)
+            p, lo, hi = probability_of_improvement(a, base)
+            v = "better" if lo > 0.5 else "worse" if hi < 0.5 else "tie"
+            better[m] += v == "better"
+            worse += v == "worse"
+            cells.append(f"{v}: {iqm(a.ravel()) * 1e3:.1f} vs {iqm(base) * 1e3:.1f}, P {p:.2f} [{lo:.2f}, {hi:.2f}]")
+        lines.append(f"| {sc} | " + " | ".join(cells) + " |")
+    met = worse == 0 and all(n >= ms["better_on"] for n in better.values())
+    lines.append(f"\nno worse on all {len(cfg['eval_scenarios'])}: {worse == 0}; better on "
+                 + ", ".join(f"{m} {n}" for m, n in better.items()) + f" scenarios (need {ms['better_on']}): "
+                 + ("MET" if met else "NOT MET") + "\n")
+    return "\n".join(lines)
+
+
 def baseline_returns(cfg: dict, run: Path, episodes: int) -> dict:
-    """Return of each baseline on the EvalCallback's held-out episodes (same env, seeds)."""
+    """Mean return of each baseline on the EvalCallback's held-out episodes (same env,
+    points and workload seeds: each evaluation point's sub-envs take consecutive seeds
+    from ``EVAL_SEED_BASE``, as ``agents.vec.fixed_seed_venv``)."""
     import gymnasium as gym
 
     import llmsched_gym  # noqa: F401
@@ -146,15 +194,18 @@ def baseline_returns(cfg: dict, run: Path, episodes: int) -> dict:
         kw["priority_weights"] = {int(k): float(v) for k, v in kw["priority_weights"].items()}
     kw["duration_s"] = load_hyperparams(meta["env_id"], meta["algo"]).get("eval_duration_s", kw.get("duration_s"))
     early = {k: v for k, v in kw.items() if k == "instances"}
-    rate = {meta["rate_kind"]: meta["rates"][0]} if meta["rates"] else {}
-    qps = make_scenario(meta["scenarios"][0], **rate, **early).target_qps()
+    points = meta.get("eval_points") or [[meta["scenarios"][0], {meta["rate_kind"]: meta["rates"][0]}
+                                          if meta["rates"] else {}]]
+    counts = [episodes // len(points) + (1 if k < episodes % len(points) else 0) for k in range(len(points))]
     out = {}
     for b in cfg["baselines"]:
-        rets = []
-        for i in range(episodes):
-            env = gym.make(meta["env_id"], scenario=meta["scenarios"][0], qps=qps, **kw)
-            rets.append(run_episode(env, BaselineAgent(b, env), seed=0,
-                                    options={"workload_seed": EVAL_SEED_BASE + i})[0])
+        rets, seed = [], EVAL_SEED_BASE
+        for (scenario, rate), n in zip(points, counts):
+            qps = make_scenario(scenario, **rate, **early).target_qps()
+            for _ in range(n):
+                env = gym.make(meta["env_id"], scenario=scenario, qps=qps, **kw)
+                rets.append(run_episode(env, BaselineAgent(b, env), seed=0, options={"workload_seed": seed})[0])
+                seed += 1
         out[b] = float(np.mean(rets))
     return out
 
@@ -186,9 +237,10 @@ def learning_curves(name: str, cfg: dict, seeds: list[int], root: Path) -> Path 
     if hi < 0 and lo / hi > 20:  # a collapsed run: log scale keeps the others readable
         ax.set_yscale("symlog", linthresh=100)
         ax.set_ylim(top=hi / 2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x / 1000:g}k"))
     ax.set_xlabel("environment steps")
     ax.set_ylabel("held-out episode return")
-    ax.set_title(f"{cfg['env']} on {cfg['train_scenario']}")
+    ax.set_title(f"{cfg['env']} on {cfg['train_scenario']}", fontsize=9)
     ax.legend()
     fig.tight_layout()
     FIG.mkdir(parents=True, exist_ok=True)
@@ -233,6 +285,10 @@ def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
                                 f"{res['train_seeds']} of the documented command",
         },
     }
+    if len(cfg["eval_scenarios"]) > 1:  # a curriculum agent: the shipped seed everywhere it was evaluated
+        rec["evaluation"]["shipped_seed_by_scenario"] = {
+            s: {m: float(np.mean(_matrix(res["rows"], s, f"agent-s{seed}", m, cfg["cls"], res["eval_seeds"])))
+                for m in cfg["metrics"]} for s in cfg["eval_scenarios"]}
     (dst / "REPRODUCE.json").write_text(json.dumps(rec, indent=1))
     return dst
 
@@ -265,6 +321,7 @@ def main(argv=None) -> int:
             continue
         res = json.loads(f.read_text())
         print(report(name, res))
+        print(must_show(res))
         lc = learning_curves(name, res["config"], res["train_seeds"], root)
         if lc:
             print(f"learning curves: {lc}")

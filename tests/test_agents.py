@@ -172,15 +172,16 @@ def test_agent_spec_errors():
 def test_pretrained_agents_load_and_act():
     from llmsched_gym.gateway.policy import make_policy
 
-    r = make_policy(f"agent:{PRETRAINED / 'routing-chatbot'}", "routing")
-    assert r.role == "routing"
+    for name in ("routing-chatbot", "routing-residual"):
+        r = make_policy(f"agent:{PRETRAINED / name}", "routing")
+        assert r.role == "routing"
     if (PRETRAINED / "fc-codegen" / "model.zip").exists():
         f = make_policy(f"agent:{PRETRAINED / 'fc-codegen'}", "usage-limit")
         assert f.role == "usage-limit"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["routing-chatbot", "fc-codegen"])
+@pytest.mark.parametrize("name", ["routing-chatbot", "routing-residual", "fc-codegen"])
 def test_reproduce_pretrained_agent(name, tmp_path):
     """Retrain a shipped agent with its documented command and check that the new
     policy's score lies inside the interval reported in agents/pretrained/<name>/REPRODUCE.json."""

@@ -283,3 +283,18 @@ def test_default_select_per_env():
     assert default_select("llmsched/Routing-v0") == "ttft_mean:all"
     assert default_select("llmsched/FlowControl-v0") == "ttft_p99:critical"
     assert default_select("llmsched/Admission-v0") == "slo_attainment:all"
+
+
+def test_a_curriculum_wider_than_n_envs_counts_its_real_envs(tmp_path):
+    from agents.train import train
+
+    # three curriculum points and n_envs 2: one env per point, and the rollouts, evaluation
+    # and metadata count the three
+    meta = train("llmsched/Routing-v0", ["chatbot"], "maskable-ppo", 64, seed=3, out=tmp_path / "run", rate_kind="qps",
+                 rates=[10.0, 15.0, 20.0], n_envs=2, overrides={"n_steps": 16, "batch_size": 48, "n_epochs": 1,
+                                                               "env_kwargs": {"instances": 2, "duration_s": 2.0,
+                                                                              "horizon": None},
+                                                               "eval_duration_s": 1.0},
+                 eval_freq=48, eval_episodes=1, progress=False)
+    assert meta["n_envs"] == 3
+    assert meta["timesteps"] % 48 == 0  # whole rollouts of n_steps x 3 envs
