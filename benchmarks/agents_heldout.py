@@ -24,7 +24,8 @@ each at load 0.5, against ``lmetric`` and ``jsq``. FlowControl (the seed's clust
 each at loads 0.67 and 1.07 (codegen's paper QPS 10 and 16), against
 ``soft-reflective-ceiling`` and the static limit. 60 s (routing) / 120 s (flow control)
 arrival windows, evaluation seeds disjoint from training's. Prints markdown tables of the
-mean over seeds; rows go to ``results/agents/heldout.json``.
+mean over seeds; rows go to ``results/agents/heldout-PART.json`` (``--part``: routing,
+flow_control or both).
 """
 
 from __future__ import annotations
@@ -101,15 +102,34 @@ def main(argv=None) -> None:
     p.add_argument("--fc-agent", default="agents/pretrained/fc-codegen")
     p.add_argument("--seeds", default="100,101,102")
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--part", choices=("routing", "flow_control", "both"), default="both")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     t0 = time.time()
+    routing, fc = [], []
+    if args.part != "flow_control":
+        routing = run_routing(args, seeds)
+    if args.part != "routing":
+        fc = run_flow_control(args, seeds)
+    wall = time.time() - t0
+    print(f"\n{wall:.0f} s wall")
+    out = ROOT / "results" / "agents"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"heldout-{args.part}.json").write_text(json.dumps({"routing": routing, "flow_control": fc, "wall_s": wall,
+                                                               "args": vars(args)}, default=float, indent=1))
+
+
+def run_routing(args, seeds) -> list:
     r_pols = ["lmetric", "jsq", f"agent:{args.routing_agent}+label=agent"]
     r_sc = routing_scenarios()
     routing = evaluate(r_sc, r_pols, seeds, load=[0.5], overrides={"duration_s": 60.0}, workers=args.workers).rows
     print(f"## Routing ({args.routing_agent}), load 0.5, seeds {args.seeds}\n")
     print(_table(routing, [s.name for s in r_sc], ["lmetric", "jsq", "agent"],
                  [("ttft_mean", "all"), ("ttft_p99", "all"), ("tpot_mean", "all")], seeds), flush=True)
+    return routing
+
+
+def run_flow_control(args, seeds) -> list:
     f_pols = ["soft-reflective-ceiling+label=soft-reflective", "static-usage-limit:threshold=1.0+label=static",
               f"fc=agent:{args.fc_agent}+label=agent"]
     fc, f_names = [], []
@@ -124,12 +144,7 @@ def main(argv=None) -> None:
     print(_table(fc, f_names, ["soft-reflective", "static", "agent"],
                  [("ttft_p99", "critical"), ("ttft_mean", "critical"), ("goodput_rps", "sheddable"),
                   ("slo_attainment", "all")], seeds))
-    wall = time.time() - t0
-    print(f"\n{wall:.0f} s wall")
-    out = ROOT / "results" / "agents"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "heldout.json").write_text(json.dumps({"routing": routing, "flow_control": fc, "wall_s": wall,
-                                                  "args": vars(args)}, default=float, indent=1))
+    return fc
 
 
 if __name__ == "__main__":
