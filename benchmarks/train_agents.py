@@ -3,6 +3,7 @@
     python benchmarks/train_agents.py routing  [--seeds 1,2,3,4,5] [--timesteps 30000] [--eval-seeds 100,101,102]
     python benchmarks/train_agents.py flow_control [...]
     python benchmarks/train_agents.py routing-residual --eval-seeds 100,101,102,103,104
+    python benchmarks/train_agents.py fc-residual --eval-seeds 100,101,102,103,104 --workers 1   # codegen/chat/reasoning
     python benchmarks/train_agents.py report           # tables + figures from saved results
     python benchmarks/train_agents.py routing --no-train --ship 1   # + copy seed 1 to agents/pretrained/
 
@@ -70,6 +71,25 @@ STUDIES = {
 # The one change tried on top (docs/agents.md): twice the steps, as the 100k runs' held-out
 # returns were still rising at their last evaluation.
 STUDIES["routing-residual-200k"] = dict(STUDIES["routing-residual"], timesteps=200000, prefix="routing-residual-200k")
+# Issue #16, must-show 2: the residual FlowControl agent (soft-reflective ceiling with a learned ramp and period,
+# --policy residual) trained on codegen 16, evaluated at every published point of the three flow-control
+# scenarios; goodput_rps / slo_attainment count rejected, expired, evicted requests as misses
+STUDIES["fc-residual"] = dict(
+    env="llmsched/FlowControl-v0", algo="ppo", train_scenario="codegen", rate_flag="--paper-qps", rate="16",
+    timesteps=100000, train_args=["--policy", "residual"], eval_scenarios=["codegen", "chat", "reasoning"],
+    eval_rate_kind="paper_qps", eval_rates=[16.0],
+    eval_points={"codegen": [4.0, 10.0, 16.0], "chat": [20.0, 60.0], "reasoning": [0.2, 0.7]},
+    baselines=["static-usage-limit", "soft-reflective-ceiling"], role="fc", duration_s=None,
+    metrics=["ttft_p99"], cls="critical", prefix="fc-residual-codegen",
+    class_metrics={"critical": ["ttft_p99", "ttft_mean"], "sheddable": ["goodput_rps", "slo_attainment"],
+                   "all": ["goodput_rps", "slo_attainment"]},
+    reference="soft-reflective-ceiling", curve_actions={"soft-reflective-ceiling (action 0.5)": 0.5})
+# the one change tried after fc-residual failed at codegen 16: training on the full 180 s scenario (the evaluated
+# length; 60 s windows never show the late backlog), twice the steps, held-out episodes of 180 s too
+STUDIES["fc-residual-180s"] = dict(
+    STUDIES["fc-residual"], timesteps=200000, prefix="fc-residual-180s-codegen", eval_points={"codegen": [16.0]},
+    train_args=["--policy", "residual", "--duration", "180", "--set", "eval_duration_s=180", "--eval-freq", "50000"])
+HIGHER_BETTER = ("goodput_rps", "slo_attainment", "throughput_rps", "output_tokens_per_s", "finished")
 
 
 # ====================================================================== training
@@ -101,10 +121,13 @@ def evaluate_study(name: str, cfg: dict, seeds: list[int], eval_seeds: list[int]
         pols.append(f"{role}=agent:{path}+label=agent-s{s}")
     ov = {"duration_s": cfg["duration_s"]} if cfg["duration_s"] else None
     t0 = time.time()
-    table = evaluate(cfg["eval_scenarios"], pols, eval_seeds, **{cfg["eval_rate_kind"]: cfg["eval_rates"]},
-                     overrides=ov, workers=workers, progress=False)
+    if cfg.get("eval_points"):  # each scenario at its own rates
+        scen, rates = [(sc, {cfg["eval_rate_kind"]: r}) for sc, r in cfg["eval_points"].items()], {}
+    else:
+        scen, rates = cfg["eval_scenarios"], {cfg["eval_rate_kind"]: cfg["eval_rates"]}
+    table = evaluate(scen, pols, eval_seeds, **rates, overrides=ov, workers=workers, progress=False)
     wall = time.time() - t0
-    rows = [r for r in table.rows if r["class"] in (cfg["cls"], "all")]
+    rows = [r for r in table.rows if r["class"] in (cfg.get("class_metrics") or (cfg["cls"], "all"))]
     res = {"study": name, "config": cfg, "train_seeds": seeds, "eval_seeds": eval_seeds, "eval_wall_seconds": wall,
            "rows": rows}
     OUT.mkdir(parents=True, exist_ok=True)
@@ -112,8 +135,9 @@ def evaluate_study(name: str, cfg: dict, seeds: list[int], eval_seeds: list[int]
     return res
 
 
-def _matrix(rows, scenario, policy, metric, cls, eval_seeds):
-    d = {r["seed"]: r[metric] for r in rows if r["scenario"] == scenario and r["policy"] == policy and r["class"] == cls}
+def _matrix(rows, scenario, policy, metric, cls, eval_seeds, rate=None):
+    d = {r["seed"]: r[metric] for r in rows if r["scenario"] == scenario and r["policy"] == policy and r["class"] == cls
+         and (rate is None or abs(r["rate"] - rate) < 1e-9)}
     return np.array([d.get(s, np.nan) for s in eval_seeds], float)
 
 
@@ -177,6 +201,46 @@ def must_show(res: dict) -> str:
     return "\n".join(lines)
 
 
+def report_points(name: str, res: dict) -> str:
+    """Studies with ``eval_points`` and ``class_metrics``: one table per (scenario, rate), a
+    column per (class, metric); IQM [95% stratified bootstrap CI]; P(agent better than
+    the reference baseline) per column; the agent's IQM relative to the reference."""
+    cfg = res["config"]
+    rows, seeds, es, ref = res["rows"], res["train_seeds"], res["eval_seeds"], cfg["reference"]
+    cols = [(c, m) for c, ms in cfg["class_metrics"].items() for m in ms]
+
+    def fmt(m, v):
+        return f"{v * 1e3:.0f}" if m.startswith(("ttft", "tpot", "e2e")) else f"{v:.3f}" if v < 10 else f"{v:.2f}"
+
+    lines = [f"IQM over {len(seeds)} training seeds x {len(es)} evaluation seeds {es} [95% stratified bootstrap CI]; "
+             "baselines: IQM over evaluation seeds; times in ms; P = P(agent better than "
+             f"{ref}) [95% CI]; rel = agent IQM / {ref} IQM - 1"]
+    for sc, rates in cfg["eval_points"].items():
+        for rate in rates:
+            lines += [f"\n**{sc}** {cfg['eval_rate_kind']}={rate:g}\n",
+                      "| policy | " + " | ".join(f"{c} {m}" for c, m in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+            mats = {}
+            for pol in cfg["baselines"]:
+                mats[pol] = {k: _matrix(rows, sc, pol, k[1], k[0], es, rate)[None, :] for k in cols}
+            mats["agent"] = {k: np.stack([_matrix(rows, sc, f"agent-s{s}", k[1], k[0], es, rate) for s in seeds])
+                             for k in cols}
+            for pol, mat in mats.items():
+                cells = []
+                for k in cols:
+                    v, lo, hi = stratified_bootstrap(mat[k])
+                    cells.append(f"{fmt(k[1], v)} [{fmt(k[1], lo)}, {fmt(k[1], hi)}]")
+                lines.append(f"| {pol} | " + " | ".join(f"**{c}**" if pol == "agent" else c for c in cells) + " |")
+            pis, rel = [], []
+            for k in cols:
+                p, lo, hi = probability_of_improvement(mats["agent"][k], mats[ref][k],
+                                                       lower_is_better=k[1] not in HIGHER_BETTER)
+                pis.append(f"{p:.2f} [{lo:.2f}, {hi:.2f}]")
+                rel.append(f"{iqm(mats['agent'][k].ravel()) / iqm(mats[ref][k].ravel()) - 1:+.1%}")
+            lines.append("| P | " + " | ".join(pis) + " |")
+            lines.append("| rel | " + " | ".join(rel) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def baseline_returns(cfg: dict, run: Path, episodes: int) -> dict:
     """Mean return of each baseline on the EvalCallback's held-out episodes (same env,
     points and workload seeds: each evaluation point's sub-envs take consecutive seeds
@@ -192,19 +256,25 @@ def baseline_returns(cfg: dict, run: Path, episodes: int) -> dict:
     kw = dict(meta["env_kwargs"])
     if "priority_weights" in kw:  # JSON keys are strings
         kw["priority_weights"] = {int(k): float(v) for k, v in kw["priority_weights"].items()}
-    kw["duration_s"] = load_hyperparams(meta["env_id"], meta["algo"]).get("eval_duration_s", kw.get("duration_s"))
+    kw["duration_s"] = (meta.get("eval_env_kwargs") or {}).get("duration_s") or load_hyperparams(  # the run's own
+        meta["env_id"], meta["algo"]).get("eval_duration_s", kw.get("duration_s"))
     early = {k: v for k, v in kw.items() if k == "instances"}
     points = meta.get("eval_points") or [[meta["scenarios"][0], {meta["rate_kind"]: meta["rates"][0]}
                                           if meta["rates"] else {}]]
     counts = [episodes // len(points) + (1 if k < episodes % len(points) else 0) for k in range(len(points))]
     out = {}
-    for b in cfg["baselines"]:
+    for b in cfg.get("curve_actions") or cfg["baselines"]:
         rets, seed = [], EVAL_SEED_BASE
         for (scenario, rate), n in zip(points, counts):
             qps = make_scenario(scenario, **rate, **early).target_qps()
             for _ in range(n):
                 env = gym.make(meta["env_id"], scenario=scenario, qps=qps, **kw)
-                rets.append(run_episode(env, BaselineAgent(b, env), seed=0, options={"workload_seed": seed})[0])
+                if cfg.get("curve_actions"):  # a constant action (a residual env's action is not a ceiling)
+                    const = np.full(env.action_space.shape, cfg["curve_actions"][b], np.float32)
+                    agent = type("Const", (), {"act": lambda self, obs, info, c=const: c})()
+                else:
+                    agent = BaselineAgent(b, env)
+                rets.append(run_episode(env, agent, seed=0, options={"workload_seed": seed})[0])
                 seed += 1
         out[b] = float(np.mean(rets))
     return out
@@ -265,7 +335,8 @@ def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
     meta = json.loads((src / "agent.json").read_text())
     sc = cfg["eval_scenarios"][0]
     metric = cfg["metrics"][0]
-    per_run = {s: float(np.mean(_matrix(res["rows"], sc, f"agent-s{s}", metric, cfg["cls"], res["eval_seeds"])))
+    rate = cfg["eval_rates"][0] if cfg.get("eval_points") else None
+    per_run = {s: float(np.mean(_matrix(res["rows"], sc, f"agent-s{s}", metric, cfg["cls"], res["eval_seeds"], rate)))
                for s in res["train_seeds"]}
     rec = {
         "command": re.sub(r"--out \S+", "--out OUT", meta["command"]),
@@ -320,7 +391,7 @@ def main(argv=None) -> int:
         if not f.exists():
             continue
         res = json.loads(f.read_text())
-        print(report(name, res))
+        print(report_points(name, res) if res["config"].get("class_metrics") else report(name, res))
         print(must_show(res))
         lc = learning_curves(name, res["config"], res["train_seeds"], root)
         if lc:
