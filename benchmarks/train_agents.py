@@ -356,10 +356,12 @@ def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
                                 f"{res['train_seeds']} of the documented command",
         },
     }
-    if len(cfg["eval_scenarios"]) > 1:  # a curriculum agent: the shipped seed everywhere it was evaluated
-        rec["evaluation"]["shipped_seed_by_scenario"] = {
-            s: {m: float(np.mean(_matrix(res["rows"], s, f"agent-s{seed}", m, cfg["cls"], res["eval_seeds"])))
-                for m in cfg["metrics"]} for s in cfg["eval_scenarios"]}
+    points = cfg.get("eval_points") or {s: cfg["eval_rates"] for s in cfg["eval_scenarios"]}
+    if sum(len(r) for r in points.values()) > 1:  # the shipped seed at every point it was evaluated at
+        rec["evaluation"]["shipped_seed_by_point"] = {
+            f"{s}@{r:g}": {m: float(np.mean(_matrix(res["rows"], s, f"agent-s{seed}", m, cfg["cls"], res["eval_seeds"],
+                                                     r))) for m in cfg["metrics"]}
+            for s, rates in points.items() for r in rates}
     (dst / "REPRODUCE.json").write_text(json.dumps(rec, indent=1))
     return dst
 
