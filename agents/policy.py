@@ -127,8 +127,8 @@ class LoadedAgent:
         self.flow_action = str((self.meta.get("env_kwargs") or {}).get("action", "ceilings"))
 
     def check_instances(self, num_instances: int) -> None:
-        """A clear error, before a simulation starts, where an interval agent (FlowControl,
-        Admission) meets a cluster of another size: its observation is per instance."""
+        """A clear error, before a simulation starts, where a FlowControl agent meets a
+        cluster of another size: its observation is per instance."""
         from llmsched_gym.envs.core import COMMON_KEYS
 
         space = self.model.observation_space
