@@ -31,8 +31,9 @@ Examples:
   llmsched-gym train --scenario chatbot --load 0.5 --policy residual \\
       --timesteps 60000 --out runs/residual
   # FlowControl residual: the soft-reflective ceiling + a learned ramp/period adjustment
+  # (one decision per second on full 180 s episodes, critical weighted 150x; about 4 min)
   llmsched-gym train --env llmsched/FlowControl-v0 --scenario codegen --algo ppo \\
-      --policy residual --paper-qps 16 --timesteps 100000 --out runs/fc-residual
+      --policy residual --paper-qps 16 --timesteps 200000 --out runs/fc-residual
   # Gateway residual: admission + routing factors, starting at lmetric + always-admit
   llmsched-gym train --env llmsched/Gateway-v0 --scenario codegen --paper-qps 16 --policy residual \\
       --env-set admission_action=rejection --env-set flow_action=none --timesteps 200000 \\

@@ -122,12 +122,19 @@ POLICY_VARIANTS = {
 #: TTFT; gain 10 ~4%); the deterministic policy is LMetric at any gain. FlowControl: the
 #: Gaussian's mean starts at 0.5 (the soft-reflective ceiling's own ramp and period);
 #: log-std -2 (std 0.135: ramp +-0.27, period scale times or divided by 1.45 per standard
-#: deviation).
+#: deviation). Its ``env_kwargs`` are merged over the YAML's (docs/agents.md, "FlowControl
+#: residual"): one decision per second (the engine runs the duty cycle every 1 ms; ramp and
+#: period are slow parameters), full 180 s episodes (the sheddable class's cost of a longer
+#: period only shows late), critical weighted 150x (at 30x the reward's best constant
+#: parameters are the published ones) and gamma 0.95 (a 20 s horizon: an action's effect on
+#: waiting; 0.995 spans the episode and only adds variance).
 POLICY_VARIANT_HYPERPARAMS = {
     ("llmsched/Routing-v0", "residual"): {
         "policy_kwargs": "dict(features_extractor_kwargs=dict(hidden=64, critic_hidden=64, base_gain=10.0))"},
     ("llmsched/FlowControl-v0", "residual"): {
-        "policy_kwargs": "dict(net_arch=[64, 64], log_std_init=-2.0, action_bias=0.5)"},
+        "policy_kwargs": "dict(net_arch=[64, 64], log_std_init=-2.0, action_bias=0.5)", "gamma": 0.95,
+        "eval_duration_s": 180.0,
+        "env_kwargs": {"control_interval": 1.0, "duration_s": 180.0, "priority_weights": {0: 150.0, -1: 1.0}}},
     ("llmsched/Gateway-v0", "residual"): {
         "policy_kwargs": "dict(net_arch=[64, 64], log_std_init=-2.0, action_bias=0.5)"},
 }
@@ -306,7 +313,10 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
 
     selection = parse_select(select if select is not None else default_select(env_id))
     if policy_variant:
-        hp.update(policy_variant_hyperparams(env_id, algo, policy_variant))
+        variant = policy_variant_hyperparams(env_id, algo, policy_variant)
+        if "env_kwargs" in variant:  # a variant changes some environment keywords, not all
+            variant["env_kwargs"] = {**dict(hp.get("env_kwargs") or {}), **variant["env_kwargs"]}
+        hp.update(variant)
     hp.update(overrides or {})
     check_hyperparams(algo, hp, overrides)
     from llmsched_gym.validation import check_output_dir

@@ -3,7 +3,9 @@
     python benchmarks/train_agents.py routing  [--seeds 1,2,3,4,5] [--timesteps 30000] [--eval-seeds 100,101,102]
     python benchmarks/train_agents.py flow_control [...]
     python benchmarks/train_agents.py routing-residual --eval-seeds 100,101,102,103,104
-    python benchmarks/train_agents.py fc-residual --eval-seeds 100,101,102,103,104 --workers 1   # codegen/chat/reasoning
+    python benchmarks/train_agents.py fc-residual-1s --eval-seeds 100,101,102,103,104   # codegen/chat/reasoning
+    python benchmarks/train_agents.py fc-residual-1s-fresh --eval-seeds 105,106,107,108,109
+    python benchmarks/train_agents.py fc-residual-1s-best --eval-seeds 100,101,102,103,104   # their best/ models
     python benchmarks/train_agents.py report           # tables + figures from saved results
     python benchmarks/train_agents.py routing --no-train --ship 1   # + copy seed 1 to agents/pretrained/
 
@@ -74,9 +76,14 @@ STUDIES["routing-residual-200k"] = dict(STUDIES["routing-residual"], timesteps=2
 # Issue #16, must-show 2: the residual FlowControl agent (soft-reflective ceiling with a learned ramp and period,
 # --policy residual) trained on codegen 16, evaluated at every published point of the three flow-control
 # scenarios; goodput_rps / slo_attainment count rejected, expired, evicted requests as misses
+# The first three ran with the residual's first defaults, the FlowControl YAML's PPO entry (10 ms control, 60 s
+# windows, critical weighted 30x, gamma 0.995, 30 s held-out episodes), given explicitly here to reproduce them
+FIRST_FC_RESIDUAL = ["--policy", "residual", "--env-set", "control_interval=0.01", "--env-set", "duration_s=60",
+                     "--env-set", "priority_weights={0: 30.0, -1: 1.0}", "--set", "gamma=0.995",
+                     "--set", "eval_duration_s=30"]
 STUDIES["fc-residual"] = dict(
     env="llmsched/FlowControl-v0", algo="ppo", train_scenario="codegen", rate_flag="--paper-qps", rate="16",
-    timesteps=100000, train_args=["--policy", "residual"], eval_scenarios=["codegen", "chat", "reasoning"],
+    timesteps=100000, train_args=FIRST_FC_RESIDUAL, eval_scenarios=["codegen", "chat", "reasoning"],
     eval_rate_kind="paper_qps", eval_rates=[16.0],
     eval_points={"codegen": [4.0, 10.0, 16.0], "chat": [20.0, 60.0], "reasoning": [0.2, 0.7]},
     baselines=["static-usage-limit", "soft-reflective-ceiling"], role="fc", duration_s=None,
@@ -88,7 +95,20 @@ STUDIES["fc-residual"] = dict(
 # length; 60 s windows never show the late backlog), twice the steps, held-out episodes of 180 s too
 STUDIES["fc-residual-180s"] = dict(
     STUDIES["fc-residual"], timesteps=200000, prefix="fc-residual-180s-codegen", eval_points={"codegen": [16.0]},
-    train_args=["--policy", "residual", "--duration", "180", "--set", "eval_duration_s=180", "--eval-freq", "50000"])
+    train_args=[*FIRST_FC_RESIDUAL, "--duration", "180", "--set", "eval_duration_s=180", "--eval-freq", "50000"])
+# the second change, from the reward's landscape (docs/agents.md): at critical weight 30 the reward's best constant
+# (ramp, period scale) is the soft-reflective ceiling itself, so PPO has nothing to gain; at 150 it is a longer period
+STUDIES["fc-residual-w150"] = dict(
+    STUDIES["fc-residual"], prefix="fc-residual-w150-codegen",
+    train_args=[*FIRST_FC_RESIDUAL, "--env-set", "priority_weights={0: 150, -1: 1}"])
+# the residual's current defaults (agents/train.py, POLICY_VARIANT_HYPERPARAMS): one decision per second on full
+# 180 s episodes, critical weighted 150x, gamma 0.95; 200k steps
+STUDIES["fc-residual-1s"] = dict(STUDIES["fc-residual"], prefix="fc-residual-1s-codegen", timesteps=200000,
+                                 train_args=["--policy", "residual"])
+# the same runs on evaluation seeds that played no part in choosing the settings (105-109), and their best/ models
+STUDIES["fc-residual-1s-fresh"] = dict(STUDIES["fc-residual-1s"], curves=False)
+STUDIES["fc-residual-1s-best"] = dict(STUDIES["fc-residual-1s"], model="best", curves=False, ship_as="fc-residual")
+STUDIES["fc-residual-1s-best-fresh"] = STUDIES["fc-residual-1s-best"]
 HIGHER_BETTER = ("goodput_rps", "slo_attainment", "throughput_rps", "output_tokens_per_s", "finished")
 
 
@@ -117,7 +137,7 @@ def evaluate_study(name: str, cfg: dict, seeds: list[int], eval_seeds: list[int]
     role = cfg["role"]
     pols = list(cfg["baselines"])
     for s in seeds:
-        path = root / f"{cfg['prefix']}-s{s}"
+        path = root / f"{cfg['prefix']}-s{s}" / cfg.get("model", "")  # "best": the run's best/ model
         pols.append(f"{role}=agent:{path}+label=agent-s{s}")
     ov = {"duration_s": cfg["duration_s"]} if cfg["duration_s"] else None
     t0 = time.time()
@@ -328,10 +348,12 @@ def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
     cfg = STUDIES[name]
     res = json.loads((OUT / f"{name}.json").read_text())
     src = root / f"{cfg['prefix']}-s{seed}"
-    dst = ROOT / "agents" / "pretrained" / cfg["prefix"]
+    dst = ROOT / "agents" / "pretrained" / cfg.get("ship_as", cfg["prefix"])
     dst.mkdir(parents=True, exist_ok=True)
-    for f in ("model.zip", "vecnormalize.pkl", "agent.json"):
-        shutil.copy(src / f, dst / f)
+    best = cfg.get("model") == "best"  # the run's best/ model with the statistics of its moment
+    shutil.copy(src / ("best/best_model.zip" if best else "model.zip"), dst / "model.zip")
+    shutil.copy(src / ("best/vecnormalize.pkl" if best else "vecnormalize.pkl"), dst / "vecnormalize.pkl")
+    shutil.copy(src / "agent.json", dst / "agent.json")
     meta = json.loads((src / "agent.json").read_text())
     sc = cfg["eval_scenarios"][0]
     metric = cfg["metrics"][0]
@@ -348,7 +370,7 @@ def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
             "scenario": sc, "rate_kind": cfg["eval_rate_kind"], "rate": cfg["eval_rates"][0],
             "overrides": {"duration_s": cfg["duration_s"]} if cfg["duration_s"] else None,
             "seeds": res["eval_seeds"], "metric": metric, "class": cfg["cls"],
-            "policy_template": f"{cfg['role']}=agent:PATH+label=agent",
+            "policy_template": f"{cfg['role']}=agent:PATH{'/best' if best else ''}+label=agent",
             "shipped_score": per_run[seed],
             "per_training_seed_scores": per_run,
             "interval": [min(per_run.values()), max(per_run.values())],
@@ -395,7 +417,7 @@ def main(argv=None) -> int:
         res = json.loads(f.read_text())
         print(report_points(name, res) if res["config"].get("class_metrics") else report(name, res))
         print(must_show(res))
-        lc = learning_curves(name, res["config"], res["train_seeds"], root)
+        lc = learning_curves(name, res["config"], res["train_seeds"], root) if cfg.get("curves", True) else None
         if lc:
             print(f"learning curves: {lc}")
         if a.ship is not None:

@@ -181,7 +181,7 @@ def test_pretrained_agents_load_and_act():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["routing-chatbot", "routing-residual", "fc-codegen"])
+@pytest.mark.parametrize("name", ["routing-chatbot", "routing-residual", "fc-codegen", "fc-residual"])
 def test_reproduce_pretrained_agent(name, tmp_path):
     """Retrain a shipped agent with its documented command and check that the new
     policy's score lies inside the interval reported in agents/pretrained/<name>/REPRODUCE.json."""

@@ -197,3 +197,24 @@ def test_residual_fc_variant_errors(capsys):
     assert main(["train", "--env", FC, "--policy", "residual", "--timesteps", "10", "--set", "bogus=1",
                  "--out", "/tmp/never"]) == 2
     assert "not a ppo hyperparameter" in capsys.readouterr().err
+
+
+def test_residual_fc_defaults_merge_over_the_yaml(tmp_path):
+    """``--policy residual`` on FlowControl changes some of the YAML's environment keywords
+    (1 s decisions, full 180 s episodes, critical weighted 150x) and gamma, keeps the others
+    (``horizon: null``), and ``--env-set`` / ``--duration`` still override it."""
+    from agents.train import train
+
+    n = th.get_num_threads()
+    th.set_num_threads(1)
+    try:
+        meta = train(FC, ["codegen"], "ppo", 128, seed=0, out=tmp_path / "run", rate_kind="paper_qps", rates=[16.0],
+                     n_envs=2, overrides={**TINY_PPO, "eval_duration_s": 4.0}, duration_s=4.0, eval_freq=10_000,
+                     eval_episodes=1, progress=False, policy_variant="residual", env_overrides={"reward_scale": 0.5})
+    finally:
+        th.set_num_threads(n)
+    kw = meta["env_kwargs"]
+    assert kw["control_interval"] == 1.0 and kw["action"] == "soft-reflective"
+    assert {int(k): v for k, v in kw["priority_weights"].items()} == {0: 150.0, -1: 1.0}
+    assert kw["horizon"] is None and kw["duration_s"] == 4.0 and kw["reward_scale"] == 0.5
+    assert meta["hyperparams"]["gamma"] == 0.95
