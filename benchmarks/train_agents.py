@@ -353,8 +353,9 @@ def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
     best = cfg.get("model") == "best"  # the run's best/ model with the statistics of its moment
     shutil.copy(src / ("best/best_model.zip" if best else "model.zip"), dst / "model.zip")
     shutil.copy(src / ("best/vecnormalize.pkl" if best else "vecnormalize.pkl"), dst / "vecnormalize.pkl")
-    shutil.copy(src / "agent.json", dst / "agent.json")
     meta = json.loads((src / "agent.json").read_text())
+    # the training metadata as the run wrote it, its output path relative to the repository
+    (dst / "agent.json").write_text((src / "agent.json").read_text().replace(f"{ROOT}/", ""))
     sc = cfg["eval_scenarios"][0]
     metric = cfg["metrics"][0]
     rate = cfg["eval_rates"][0] if cfg.get("eval_points") else None
