@@ -18,28 +18,32 @@ from agents.policy import AgentSoftReflective
 from llmsched_gym.scenarios import make_scenario
 
 
+class RecordingSaturation(AgentSoftReflective):
+    """The agent, also recording the cluster's saturation at each of its decisions."""
+
+    def reset(self, num_instances: int, rng) -> None:
+        super().reset(num_instances, rng)
+        self.saturation: list[float] = []
+
+    def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
+        n = len(self.history)
+        out = super().ceilings(saturation, num_bands)
+        if len(self.history) > n:
+            self.saturation.append(float(saturation))
+        return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agent", default="agents/pretrained/fc-residual")
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--paper-qps", type=float, default=16.0)
     a = p.parse_args(argv)
-    pol = AgentSoftReflective(a.agent)
-    saturation = []
-
-    class Recording(AgentSoftReflective):  # the cluster's saturation at each decision
-        def ceilings(self, s, num_bands):
-            n = len(self.history)
-            out = super().ceilings(s, num_bands)
-            if len(self.history) > n:
-                saturation.append(float(s))
-            return out
-
-    pol = Recording(a.agent, pol.agent)
+    pol = RecordingSaturation(a.agent)
     sim = make_scenario("codegen", paper_qps=a.paper_qps).simulator(a.seed, router="llm-d", flow_control=pol)
     sim.run()
     h = np.array([(r, k) for _, r, k in pol.history])
-    s = np.array(saturation)
+    s = np.array(pol.saturation)
     print(f"{a.agent} on codegen paper_qps {a.paper_qps:g}, workload seed {a.seed}: {len(h)} decisions")
 
     def line(label, rows):

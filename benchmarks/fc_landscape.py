@@ -12,7 +12,7 @@ at each critical weight ``w`` (sheddable weight 1) relative to the published par
     cost = sum over classes of  w_class * (requests * ttft_mean + 60 s * unserved)
 
 ``ttft_mean`` counts a request that left unserved at its wait, and 60 s is the
-environments' default unserved penalty (the gateway TTL). The grid point with the lowest
+environment's unserved penalty for codegen (its default: the gateway TTL). The grid point with the lowest
 cost at a weight is the best *constant* action a policy trained on that reward can find.
 """
 
@@ -23,11 +23,11 @@ import itertools
 
 import numpy as np
 
+from llmsched_gym.envs.core import make_setup
 from llmsched_gym.evaluation.harness import evaluate
 
 RAMPS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 PERIOD_SCALES = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
-UNSERVED_PENALTY_S = 60.0
 PUBLISHED = (1.0, 1.0)
 
 
@@ -47,6 +47,7 @@ def main(argv=None) -> int:
     table = evaluate("codegen", pols, seeds, paper_qps=a.paper_qps, workers=a.workers,
                      overrides={"duration_s": a.duration} if a.duration else None)
     rows = {(r["policy"], r["seed"], r["class"]): r for r in table.rows}
+    penalty = make_setup("flow_control", scenario="codegen", paper_qps=a.paper_qps).unserved_penalty_s
 
     def mean(k, cls, m):
         return float(np.mean([rows[(k, s, cls)][m] for s in seeds]))
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
             for cls, wc in (("critical", w), ("sheddable", 1.0)):
                 r = rows[(k, s, cls)]
                 unserved = r["rejected"] + r["expired"] + r["dropped"] + r["evicted"]
-                c += wc * (r["requests"] * r["ttft_mean"] + UNSERVED_PENALTY_S * unserved)
+                c += wc * (r["requests"] * r["ttft_mean"] + penalty * unserved)
             per_seed.append(c)
         return float(np.mean(per_seed))
 
