@@ -57,8 +57,8 @@ def baselines(scenario: str, rate: dict, specs: list[str], seeds: list[int]) -> 
 
 def centre_spec(setup) -> str:
     """The baseline combination the environment's centre action runs (raw ceilings: none)."""
-    flow = {"none": "flow_control=none", "soft-reflective": str(setup.flow_control)}.get(setup.flow_action,
-                                                                                          "ceilings at 1")
+    flow = {"none": "flow_control=none", "soft-reflective": str(setup.flow_control),
+            "scaled-ceilings": str(setup.flow_control)}.get(setup.flow_action, "ceilings at 1")
     adm = "always-admit" if setup.admission_action == "rejection" else str(setup.admission)
     return f"{setup.router}+{flow}+{adm}"
 

@@ -18,6 +18,7 @@ from llmsched_gym.scenarios import make_scenario
 
 GW = "llmsched/Gateway-v0"
 RESIDUAL = dict(admission_action="probabilistic", flow_action="soft-reflective")
+HOLDBACK = dict(flow_action="scaled-ceilings", flow_control="priority-holdback:cmax=2,cmin=1.2")
 CODEGEN = dict(scenario="codegen", paper_qps=16)
 
 
@@ -46,6 +47,7 @@ def _random_episode(env, seed: int, steps: int) -> list:
     dict(scenario="codegen", qps=16, horizon=3, reward="slo", admission_action="probabilistic"),
     dict(scenario="chat", qps=60, horizon=1.5, flow_action="soft-reflective", observation={"normalize": False}),
     dict(scenario="codegen", qps=16, horizon=3, flow_action="none"),
+    dict(scenario="codegen", qps=16, horizon=3, **HOLDBACK),
 ])
 def test_env_checkers(kwargs):
     from gymnasium.utils.env_checker import check_env as gym_check
@@ -72,6 +74,12 @@ def test_action_layout_and_centre():
     s = gym.make(GW, **CODEGEN, horizon=1, flow_action="none").unwrapped.setup
     assert s.action_space.shape == (3,) and (s.flow, s.route) == (slice(1, 1), slice(1, 3))
     np.testing.assert_array_equal(s.centre, [0.0, 0.5, 0.5])
+    s = gym.make(GW, **CODEGEN, horizon=1, **HOLDBACK).unwrapped.setup
+    assert (s.flow, s.route) == (slice(1, 3), slice(3, 5))
+    np.testing.assert_array_equal(s.centre, [0.0, 0.5, 0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(s.base_ceilings, [2.0, 1.2])
+    s = gym.make(GW, **CODEGEN, horizon=1, flow_action="scaled-ceilings").unwrapped.setup
+    np.testing.assert_array_equal(s.base_ceilings, [1.0, 1.0])  # static-usage-limit by default
 
 
 # ============================================================================ seeding
@@ -98,6 +106,9 @@ def test_reset_seed_is_deterministic():
     (dict(flow_action="none"), dict(router="lmetric", flow_control=None, admission="always-admit")),
     (dict(flow_action="soft-reflective"),
      dict(router="lmetric", flow_control="soft-reflective-ceiling", admission="always-admit")),
+    (HOLDBACK, dict(router="lmetric", flow_control="priority-holdback:cmax=2,cmin=1.2", admission="always-admit")),
+    ({**HOLDBACK, "flow_control": "static-usage-limit:threshold=1.1", "admission_action": "probabilistic"},
+     dict(router="lmetric", flow_control="static-usage-limit:threshold=1.1", admission="probabilistic")),
 ])
 def test_centre_action_is_the_base_combination(kwargs, policies):
     """Unless the flow part is raw ceilings, the centre action runs a baseline combination
@@ -166,9 +177,29 @@ def test_rejection_and_ceilings_mode_infos():
     np.testing.assert_allclose(st.ceil_ext[0, :2], [0.8, 0.8])
 
 
+def test_scaled_ceilings_mode():
+    """Ceilings = base x 2 ** (2 a - 1), non-increasing, above 1 where the base is; a
+    changed ceiling holds the band at once, an unchanged one adds no dispatch cycle."""
+    env = gym.make(GW, **CODEGEN, horizon=1, **HOLDBACK)
+    env.reset(seed=0)
+    *_, info = env.step(np.array([0.0, 1.0, 0.75, 0.5, 0.5], np.float32))
+    np.testing.assert_allclose(info["ceilings"], [4.0, 1.2 * 2 ** 0.5])
+    *_, info = env.step(np.array([0.0, 0.0, 1.0, 0.5, 0.5], np.float32))
+    np.testing.assert_allclose(info["ceilings"], [1.0, 1.0])  # 2.4 for band 1 is cut to band 0's 1.0
+    np.testing.assert_allclose(env.unwrapped.simulator.state.ceil_ext[0, :2], [1.0, 1.0])
+    venv = gym.make_vec(GW, num_envs=2, **CODEGEN, horizon=1, **HOLDBACK)
+    _, info = venv.reset(seed=0)
+    np.testing.assert_allclose(info["ceilings"], [[2.0, 1.2]] * 2)  # the base before any action
+    np.testing.assert_allclose(venv.unwrapped.batch.state.ceil_ext[:2, :2], [[2.0, 1.2]] * 2)
+    a = np.array([[0.0, 1.0, 0.75, 0.5, 0.5], [0.0, 0.0, 1.0, 0.5, 0.5]], np.float32)
+    *_, info = venv.step(a)
+    np.testing.assert_allclose(info["ceilings"], [[4.0, 1.2 * 2 ** 0.5], [1.0, 1.0]])
+
+
 # ============================================================================ vector env
 @pytest.mark.parametrize("kwargs", [dict(horizon=2), dict(horizon=2, **RESIDUAL), dict(horizon=2, flow_action="none"),
-                                    dict(horizon=2, reward="slo", flow_action="soft-reflective")])
+                                    dict(horizon=2, reward="slo", flow_action="soft-reflective"),
+                                    dict(horizon=2, **HOLDBACK)])
 def test_vector_subenv_equals_single_env(kwargs):
     """Cluster k of the native vector env follows a single env reset with seed s + k, across
     an autoreset, for the same (random) actions."""
@@ -223,7 +254,8 @@ def test_bad_vector_actions(bad, match):
 @pytest.mark.parametrize("kwargs,match", [
     (dict(action="soft-reflective"), "unknown keyword 'action'"),
     (dict(admission_action="drop"), "choose one of rejection, probabilistic"),
-    (dict(flow_action="duty"), "choose one of ceilings, soft-reflective"),
+    (dict(flow_action="duty"), "choose one of ceilings, soft-reflective, scaled-ceilings, none"),
+    (dict(flow_action="scaled-ceilings", flow_control="soft-reflective-ceiling"), "static-usage-limit or priority-holdback"),
     (dict(router="jsq"), "weights LMetric's score"),
     (dict(admission="probabilistic"), "agent's decision with admission_action='rejection'"),
     (dict(flow_control="soft-reflective-ceiling"), "cannot be set with flow_action='ceilings'"),
@@ -318,7 +350,7 @@ def test_train_cli_env_flags_errors(capsys):
 
     common = ["train", "--env", GW, "--algo", "ppo", "--timesteps", "10", "--no-progress", "--out", "/tmp/never"]
     assert main([*common, "--env-set", "flow_action=duty"]) == 2
-    assert "choose one of ceilings, soft-reflective, none" in capsys.readouterr().err
+    assert "choose one of ceilings, soft-reflective, scaled-ceilings, none" in capsys.readouterr().err
     assert main([*common, "--router", "jsq"]) == 2
     assert "weights LMetric's score" in capsys.readouterr().err
     assert main([*common, "--env-set", "flow_action"]) == 2

@@ -289,15 +289,20 @@ def step(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, 
 
 
 @njit(cache=True)
-def apply_ceilings(actions, sim_bands, n_bands, bq, clu_f, ceilings, ceil_ext):
+def apply_ceilings(actions, sim_bands, n_bands, bq, clu_f, ceilings, ceil_ext, wake_unchanged):
     """FlowControl actions: each cluster's per-band ceilings are the cumulative minimum of
     its action (a lower band never gets more than a higher one), mapped to the simulator's
-    bands; a cluster with a queue is woken for a dispatch cycle now (Simulator.wake_dispatch)."""
+    bands; a cluster with a queue is woken for a dispatch cycle now (Simulator.wake_dispatch),
+    with ``wake_unchanged`` False only if its ceilings changed."""
     for c in range(actions.shape[0]):
         low = np.inf
+        changed = wake_unchanged
         for b in range(actions.shape[1]):
             low = min(low, actions[c, b])
+            changed |= ceilings[c, b] != low
             ceilings[c, b] = low
+        if not changed:
+            continue
         queued = False
         for b in range(n_bands):
             ceil_ext[c, b] = ceilings[c, sim_bands[c, b]]

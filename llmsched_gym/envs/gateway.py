@@ -44,13 +44,20 @@ KIND = "gateway"
 #: scale of the engine's probabilistic admitter's ``k``.
 ADMISSION_ACTIONS = ("rejection", "probabilistic")
 #: ``flow_action``: per-band ceilings (FlowControl-v0's default), the soft-reflective
-#: ceiling's ramp and period scale (FlowControl-v0's ``action="soft-reflective"``), or no
-#: flow control (no gateway queue: every admitted request is routed on arrival).
-FLOW_ACTIONS = ("ceilings", "soft-reflective", "none")
+#: ceiling's ramp and period scale (FlowControl-v0's ``action="soft-reflective"``), per-band
+#: scales of a base policy's constant ceilings (``static-usage-limit`` or
+#: ``priority-holdback``, whose ceilings may exceed 1), or no flow control (no gateway
+#: queue: every admitted request is routed on arrival).
+FLOW_ACTIONS = ("ceilings", "soft-reflective", "scaled-ceilings", "none")
+#: The base policies of ``flow_action="scaled-ceilings"``: usage limits whose per-band
+#: ceilings do not depend on the saturation.
+CONSTANT_CEILING_CODES = {layout.FLOW_STATIC: "static-usage-limit", layout.FLOW_HOLDBACK: "priority-holdback"}
 #: Range of the routing factors: ``4 ** (1 - 2 a)``, from 4 (a = 0) to 1/4 (a = 1).
 ROUTE_RANGE = 4.0
 #: Range of the probabilistic admitter's ``k`` scale: ``16 ** (2 a - 1)``, 1/16 .. 16.
 ADMISSION_RANGE = 16.0
+#: Range of the ceiling scales: ``2 ** (2 a - 1)``, 1/2 .. 2.
+CEILING_RANGE = 2.0
 #: The keywords of Gateway-v0 beyond those of every environment.
 GATEWAY_KEYWORDS = ("admission_action", "flow_action")
 
@@ -65,6 +72,19 @@ def admission_scale(a: np.ndarray) -> np.ndarray:
     """Scale of the probabilistic admitter's ``k`` of actions ``a``: ``16 ** (2 a - 1)``
     (0.5 -> 1.0 exactly)."""
     return np.power(ADMISSION_RANGE, 2.0 * np.asarray(a, dtype=float) - 1.0)
+
+
+def ceiling_scales(a: np.ndarray) -> np.ndarray:
+    """Factors on the base policy's per-band ceilings of ``scaled-ceilings`` actions ``a``:
+    ``2 ** (2 a - 1)`` (0.5 -> 1.0 exactly: the base policy)."""
+    return np.power(CEILING_RANGE, 2.0 * np.asarray(a, dtype=float) - 1.0)
+
+
+def scaled_ceilings(a: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Per-band ceilings of ``scaled-ceilings`` actions ``a`` (last axis: the bands): the
+    base ceilings times :func:`ceiling_scales`, then their cumulative minimum (a lower band
+    never gets more than a higher one, as with ``flow_action="ceilings"``)."""
+    return np.minimum.accumulate(np.asarray(base, float) * ceiling_scales(a), axis=-1)
 
 
 def flow_params(a: np.ndarray, base: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
@@ -107,6 +127,7 @@ class GatewaySetup(Setup):
     admission_action: str = "rejection"
     base_k: float = 0.0  # probabilistic admission: the base admitter's k
     base_flow: tuple = (1.0, 1.0)  # soft-reflective: the base (ramp, period scale)
+    base_ceilings: np.ndarray | None = None  # scaled-ceilings: the base policy's per-band ceilings
     adm: slice = field(default_factory=lambda: slice(0, 0))  # the action's parts
     flow: slice = field(default_factory=lambda: slice(0, 0))
     route: slice = field(default_factory=lambda: slice(0, 0))
@@ -154,18 +175,27 @@ def make_gateway_setup(**kwargs) -> GatewaySetup:
     if flow_mode == "soft-reflective":
         fc, base_flow = _base_policy(fc, "soft-reflective-ceiling", "usage-limit", layout.FLOW_SOFT_REFLECTIVE,
                                      "the soft-reflective ceiling", "flow_control", "flow_action='soft-reflective'")
+    elif flow_mode == "scaled-ceilings":
+        fc = "static-usage-limit" if fc is None else fc
+        if compiled_form(make_policy(fc, "usage-limit"), -1)[0] not in CONSTANT_CEILING_CODES:
+            raise ConfigError(f"flow_control={fc!r} is invalid with flow_action='scaled-ceilings': the action scales "
+                              f"constant per-band ceilings; give {' or '.join(CONSTANT_CEILING_CODES.values())} "
+                              "(with their parameters)")
     elif fc is not None:
         raise ConfigError(f"flow_control= cannot be set with flow_action={flow_mode!r} (with "
-                          "flow_action='soft-reflective' it is the ceiling the action scales)")
+                          "flow_action='soft-reflective' or 'scaled-ceilings' it is the policy the action scales)")
     s = build_setup(KIND, INTERVAL_KEYS, router=router, flow_control=fc, admission=adm, **kwargs)
     if not s.sheddable:
         raise ConfigError(f"scenario {s.scenario.name!r} has no sheddable class (priority < 0); "
                           "Gateway-v0's admission part needs at least one")
     B, S, I = len(s.band_priorities), len(s.sheddable), s.num_instances
     n_adm = S if adm_mode == "rejection" else 1
-    n_flow = {"ceilings": B, "soft-reflective": 2, "none": 0}[flow_mode]
+    n_flow = {"ceilings": B, "soft-reflective": 2, "scaled-ceilings": B, "none": 0}[flow_mode]
+    base_ceilings = None
+    if flow_mode == "scaled-ceilings":
+        base_ceilings = np.minimum.accumulate(np.asarray(make_policy(fc, "usage-limit").ceilings(0.0, B), float))
     setup = GatewaySetup(**{f.name: getattr(s, f.name) for f in fields(Setup)}, admission_action=adm_mode,
-                         base_k=base_k, base_flow=base_flow, adm=slice(0, n_adm),
+                         base_k=base_k, base_flow=base_flow, base_ceilings=base_ceilings, adm=slice(0, n_adm),
                          flow=slice(n_adm, n_adm + n_flow), route=slice(n_adm + n_flow, n_adm + n_flow + I))
     setup.flow_action = flow_mode
     n = n_adm + n_flow + I
@@ -187,7 +217,7 @@ class GatewayDriver(IntervalDriver):
         s = self.setup
         B = len(s.band_priorities)
         self._probs = np.zeros(B)
-        self.ceilings = np.ones(B)
+        self.ceilings = np.ones(B) if s.base_ceilings is None else s.base_ceilings.copy()
         self.soft_reflective = np.array(s.base_flow, float)
         self.k = s.base_k
         self.weights = np.ones(s.num_instances)
@@ -195,8 +225,8 @@ class GatewayDriver(IntervalDriver):
             admission = ExternalRejection({p: b for b, p in enumerate(s.band_priorities)}, self._probs)
         else:
             admission = make_policy(s.admission, "admission")
-        if s.flow_action == "ceilings":
-            flow = ExternalCeilings(np.ones(1))
+        if s.flow_action in ("ceilings", "scaled-ceilings"):
+            flow = ExternalCeilings(np.ones(1) if s.flow_action == "ceilings" else None)  # scaled: set by the first action
         elif s.flow_action == "soft-reflective":
             flow = make_policy(s.flow_control, "usage-limit")
         else:
@@ -229,13 +259,24 @@ class GatewayDriver(IntervalDriver):
                 sim.wake_dispatch()
         elif s.flow_action == "ceilings":
             self.ceilings = np.minimum.accumulate(a[s.flow])
-            self._flow_policy.values[:] = self.ceilings[self._sim_bands]
-            sim.set_ceilings(self._flow_policy.values)
-            sim.wake_dispatch()
+            self._set_ceilings(wake=True)
+        elif s.flow_action == "scaled-ceilings":
+            ceilings = scaled_ceilings(a[s.flow], s.base_ceilings)
+            first = self._flow_policy.values is None
+            if first or not np.array_equal(ceilings, self.ceilings):  # unchanged: no extra dispatch cycle
+                self.ceilings = ceilings
+                self._set_ceilings(wake=not first)
         self.weights = route_weights(a[s.route])
         i0 = int(sim.state.inst_off[sim.c])
         sim.state.inst_f[IF_ROUTE_W, i0:i0 + s.num_instances] = self.weights
         return self._advance()
+
+    def _set_ceilings(self, wake: bool) -> None:
+        values = self.ceilings[self._sim_bands]
+        self._flow_policy.values = values
+        self.sim.set_ceilings(values)
+        if wake:
+            self.sim.wake_dispatch()
 
     def info(self):
         d = super().info()
@@ -249,7 +290,7 @@ def _part_infos(s: GatewaySetup, probs, k, ceilings, soft, weights) -> dict:
     d = {"rejection_prob": probs} if s.admission_action == "rejection" else {"admission_k": k}
     if s.flow_action == "soft-reflective":
         d["soft_reflective"] = soft
-    elif s.flow_action == "ceilings":
+    elif s.flow_action in ("ceilings", "scaled-ceilings"):
         d["ceilings"] = ceilings
     d["route_weights"] = weights
     return d
@@ -290,7 +331,10 @@ class GatewayVectorEnv(LLMSchedVectorEnv):
             batched.apply_flow_params(self._soft, st.num_bands, st.bq, st.clu_f)
         elif s.flow_action == "ceilings":
             batched.apply_ceilings(np.ascontiguousarray(actions[:, s.flow]), self._sim_bands, st.num_bands, st.bq,
-                                   st.clu_f, self._ceilings, st.ceil_ext)
+                                   st.clu_f, self._ceilings, st.ceil_ext, True)
+        elif s.flow_action == "scaled-ceilings":  # unchanged ceilings: no extra dispatch cycle, as the base policy
+            batched.apply_ceilings(scaled_ceilings(actions[:, s.flow], s.base_ceilings), self._sim_bands,
+                                   st.num_bands, st.bq, st.clu_f, self._ceilings, st.ceil_ext, False)
         self._weights[:] = route_weights(actions[:, s.route])
         apply_route_weights(self._weights, st.clu_i, st.inst_f)
         self._t += s.control_interval
@@ -301,6 +345,10 @@ class GatewayVectorEnv(LLMSchedVectorEnv):
         for i in clusters:
             self._k[i] = s.base_k
             self._soft[i] = s.base_flow
+            if s.base_ceilings is not None:  # the base policy's ceilings until an action changes them
+                self._ceilings[i] = s.base_ceilings
+                st = self.batch.state
+                st.ceil_ext[i, :st.num_bands] = s.base_ceilings[self._sim_bands[i, :st.num_bands]]
             self._weights[i] = 1.0
 
     def _parts(self, rows) -> dict:
@@ -356,6 +404,12 @@ class GatewayEnv(LLMSchedEnv):
        duty cycle (``flow_control``, default ``"soft-reflective-ceiling"``), ``ramp =
        ramp_base x 2 a[0]`` and ``period_scale = period_scale_base x 4 ** (2 a[1] - 1)``
        (``F`` = 2), as FlowControl-v0's ``action="soft-reflective"``.
+       ``flow_action="scaled-ceilings"``: one factor per band on the constant ceilings of a
+       base usage limit (``flow_control``, default ``"static-usage-limit"``, or a
+       ``priority-holdback`` spec): ``ceiling_b = base_b x 2 ** (2 a[b] - 1)`` (1/2 .. 2x
+       the base), made non-increasing (``F`` = B). Unlike ``"ceilings"`` it reaches
+       ceilings above 1: with llm-d's utilization detector a ceiling of 1.2 holds a band
+       only once the mean endpoint is past 1.2 of its queue or KV threshold.
        ``flow_action="none"``: no flow control, no gateway queue (``F`` = 0): every
        admitted request is routed when it arrives.
     3. Routing, ``I`` values (one per instance): instance ``i``'s LMetric score is
@@ -364,11 +418,11 @@ class GatewayEnv(LLMSchedEnv):
 
     The centre action (``env.unwrapped.setup.centre``, also ``BaselineAgent("centre",
     env)``): 0.5 for every parameter-mode value and every instance, 0 for rejection
-    probabilities, 1 for ceilings. Except with ``flow_action="ceilings"`` it reproduces a
+    probabilities, 1 for ceilings (0.5 for ceiling scales). Except with ``flow_action="ceilings"`` it reproduces a
     baseline combination request for request: ``router`` with the admission part's base
     (``admission``, default ``probabilistic``; with ``"rejection"``: ``always-admit``) and
-    the flow part's (``flow_control``, default ``soft-reflective-ceiling``; with ``"none"``:
-    no flow control), so a policy can start there and learn adjustments. ``info`` holds
+    the flow part's (``flow_control``, default ``soft-reflective-ceiling``, with
+    ``"scaled-ceilings"`` ``static-usage-limit``; with ``"none"``: no flow control), so a policy can start there and learn adjustments. ``info`` holds
     the values applied: ``rejection_prob`` or ``admission_k``, ``ceilings`` or
     ``soft_reflective`` (ramp, period scale; none without flow control), and
     ``route_weights`` (the factors).
@@ -411,17 +465,20 @@ class GatewayEnv(LLMSchedEnv):
 
     Gateway keywords: ``control_interval`` (s, default 0.1); ``admission_action``
     (``"rejection"``, default, or ``"probabilistic"``) and ``flow_action``
-    (``"ceilings"``, default, ``"soft-reflective"`` or ``"none"``), see Action Space; ``router``
+    (``"ceilings"``, default, ``"soft-reflective"``, ``"scaled-ceilings"`` or ``"none"``), see
+    Action Space; ``router``
     (default ``"lmetric"``; ``lmetric`` or ``lmetric-no-detector`` with their parameters:
     the LMetric the routing part weights); ``admission`` (only with
     ``admission_action="probabilistic"``: the admitter the action scales, a
     ``probabilistic`` spec) and ``flow_control`` (only with
-    ``flow_action="soft-reflective"``: a ``soft-reflective-ceiling`` spec). A scenario
+    ``flow_action="soft-reflective"``: a ``soft-reflective-ceiling`` spec; with
+    ``"scaled-ceilings"``: a ``static-usage-limit`` or ``priority-holdback`` spec). A scenario
     without a sheddable class is refused with ``ConfigError``.
 
     ## Version History
 
-    * v0: Initial version.
+    * v0: Initial version. ``flow_action="scaled-ceilings"`` was added later (issue #16);
+      the other modes and the defaults are unchanged.
     """
 
     kind = KIND

@@ -273,7 +273,7 @@ class LLMSchedVectorEnv(VectorEnv):
             batched.apply_flow_params(self._soft, st.num_bands, st.bq, st.clu_f)
         elif self.kind == "flow_control":
             batched.apply_ceilings(actions, self._sim_bands, st.num_bands, st.bq, st.clu_f, self._ceilings,
-                                   st.ceil_ext)
+                                   st.ceil_ext, True)
         else:
             batched.apply_rejection(actions, self._sheddable, self._sim_bands, st.num_bands, self._probs, st.aprob)
         self._t += s.control_interval
