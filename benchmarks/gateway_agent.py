@@ -1,7 +1,10 @@
 """A Gateway-v0 agent against baseline combinations (docs/agents.md, "Gateway-v0").
 
     python benchmarks/gateway_agent.py --scenario codegen --paper-qps 16 --agent runs/gw-codegen \\
-        --baselines 'lmetric+flow_control=none+always-admit;...' [--seeds 100-104] [--json out.json]
+        [--baselines 'lmetric+flow_control=none+always-admit;...'] [--seeds 100-104] [--json out.json]
+
+Without ``--baselines``, codegen and chat use the combinations of docs/agents.md's tables
+(``CANDIDATES``: the published ones and the best of every ``llmsched-gym tune`` search).
 
 Baselines run through the evaluation harness (``evaluate``: the cells ``compare`` runs).
 The agent runs in its environment, one full-scenario episode per evaluation seed
@@ -29,6 +32,30 @@ import numpy as np
 
 COLUMNS = (("slo_attainment", "all"), ("ttft_mean", "all"), ("ttft_p99", "critical"), ("ttft_mean", "critical"),
            ("ttft_mean", "sheddable"), ("rejected", "sheddable"))
+
+
+#: The combinations of docs/agents.md's "Gateway" tables: published policies, and the best
+#: of each ``llmsched-gym tune`` search (first the soft-reflective / probabilistic searches,
+#: then the constant ceilings above 1).
+_PUBLISHED = ["lmetric+flow_control=none+always-admit", "llm-d+flow_control=none+always-admit",
+              "lmetric+soft-reflective-ceiling+always-admit", "lmetric+soft-reflective-ceiling+probabilistic",
+              "lmetric+soft-reflective-ceiling+legacy", "lmetric+flow_control=none+legacy"]
+CANDIDATES = {
+    "codegen": _PUBLISHED + [
+        "router=lmetric+soft-reflective-ceiling:ramp=1.5193,period_scale=0.04431+probabilistic:k=0.0001005,power=9.106",
+        "router=lmetric+flow_control=none+probabilistic:k=0.0001077,power=1.735",
+        "router=lmetric+soft-reflective-ceiling:ramp=1.226,period_scale=0.01257+admission=always-admit",
+        "router=lmetric+priority-holdback:cmax=2.0439,cmin=1.21342+admission=always-admit",
+        "router=lmetric+priority-holdback:cmax=4.0959,cmin=1.2132+admission=always-admit",
+        "router=lmetric+static-usage-limit:threshold=2.7294+admission=always-admit"],
+    "chat": _PUBLISHED + [
+        "router=lmetric+soft-reflective-ceiling:ramp=0.2557,period_scale=0.3297+probabilistic:k=0.007001,power=19.498",
+        "router=lmetric+flow_control=none+probabilistic:k=0.05664,power=17.137",
+        "router=lmetric+soft-reflective-ceiling:ramp=1.9648,period_scale=3.48+admission=always-admit",
+        "router=lmetric+static-usage-limit:threshold=1.1084+probabilistic:k=0.1556,power=18.036",
+        "router=lmetric+priority-holdback:cmax=2.7351,cmin=1.9816+probabilistic:k=0.007348,power=18.195",
+        "router=lmetric+priority-holdback:cmax=1.8223,cmin=1.23409+probabilistic:k=0.006406,power=9.138"],
+}
 
 
 def objective(m: dict, arrivals: int) -> float:
@@ -100,14 +127,18 @@ def main(argv=None) -> None:
     rate.add_argument("--load", type=float)
     p.add_argument("--agent", required=True, help="a llmsched-gym train output (or its best/)")
     p.add_argument("--label", default="agent")
-    p.add_argument("--baselines", required=True, help="';'-separated policy combinations (compare's syntax)")
+    p.add_argument("--baselines", help="';'-separated policy combinations (compare's syntax); default: the "
+                                       "scenario's CANDIDATES (codegen, chat)")
     p.add_argument("--seeds", default="100-104", help="evaluation seeds: FIRST-LAST")
     p.add_argument("--json", help="write every run's metrics here")
     args = p.parse_args(argv)
     lo, _, hi = args.seeds.partition("-")
     seeds = list(range(int(lo), int(hi or lo) + 1))
     rate = {"paper_qps": args.paper_qps} if args.paper_qps is not None else {"load": args.load}
-    specs = [s.strip() for s in args.baselines.split(";") if s.strip()]
+    if args.baselines is None and args.scenario not in CANDIDATES:
+        p.error(f"--baselines is needed for scenario {args.scenario!r} (defaults exist for {', '.join(CANDIDATES)})")
+    specs = ([s.strip() for s in args.baselines.split(";") if s.strip()] if args.baselines is not None
+             else CANDIDATES[args.scenario])
     runs = baselines(args.scenario, rate, specs, seeds)
     centre, base_spec = agent_runs(args.agent, args.scenario, rate, seeds, centre=True)
     runs[args.label], _ = agent_runs(args.agent, args.scenario, rate, seeds, centre=False)

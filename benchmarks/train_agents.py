@@ -113,6 +113,10 @@ STUDIES["fc-residual-1s-best-fresh"] = STUDIES["fc-residual-1s-best"]
 # best/ verdict on 100-104 and 105-109 was read after the finals
 STUDIES["fc-residual-1s-third"] = STUDIES["fc-residual-1s-fresh"]
 STUDIES["fc-residual-1s-best-third"] = STUDIES["fc-residual-1s-best"]
+# a replication, declared before it ran: five new training seeds (--seeds 6,7,8,9,10, the same runs directory), final
+# and best/ models on the declared seed set 110-114
+STUDIES["fc-residual-1s-new"] = STUDIES["fc-residual-1s-fresh"]
+STUDIES["fc-residual-1s-best-new"] = STUDIES["fc-residual-1s-best"]
 HIGHER_BETTER = ("goodput_rps", "slo_attainment", "throughput_rps", "output_tokens_per_s", "finished")
 
 
@@ -394,17 +398,27 @@ def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
 
 
 def pooled(names: list[str]) -> dict:
-    """The results of studies that evaluated the same models on different evaluation seeds,
-    as one study over all their seeds (the first study's configuration)."""
+    """Studies of one configuration as one study (the first study's configuration): either
+    the same models on disjoint evaluation seeds (all seeds pooled), or disjoint training
+    seeds on the same evaluation seeds (all models pooled, the baselines' rows once)."""
     rs = [json.loads((OUT / f"{n}.json").read_text()) for n in names]
     for r in rs[1:]:
-        if r["config"].get("prefix") != rs[0]["config"].get("prefix") or r["train_seeds"] != rs[0]["train_seeds"] \
+        if r["config"].get("prefix") != rs[0]["config"].get("prefix") \
                 or r["config"].get("model") != rs[0]["config"].get("model"):
             raise SystemExit(f"--pool: {r['study']} evaluated other models than {rs[0]['study']}")
+    train = [s for r in rs for s in r["train_seeds"]]
     seeds = [s for r in rs for s in r["eval_seeds"]]
-    if len(set(seeds)) != len(seeds):
-        raise SystemExit(f"--pool: the studies share evaluation seeds ({seeds})")
-    return {**rs[0], "study": "+".join(names), "eval_seeds": seeds, "rows": [row for r in rs for row in r["rows"]]}
+    if all(r["train_seeds"] == rs[0]["train_seeds"] for r in rs):
+        if len(set(seeds)) != len(seeds):
+            raise SystemExit(f"--pool: the studies share evaluation seeds ({seeds})")
+        return {**rs[0], "study": "+".join(names), "eval_seeds": seeds, "rows": [row for r in rs for row in r["rows"]]}
+    if not all(r["eval_seeds"] == rs[0]["eval_seeds"] for r in rs) or len(set(train)) != len(train):
+        raise SystemExit("--pool: the studies must share their training seeds (pooling evaluation seeds) or their "
+                         f"evaluation seeds (pooling disjoint training seeds); got training seeds {train}, "
+                         f"evaluation seeds {seeds}")
+    agents = [row for r in rs for row in r["rows"] if row["policy"].startswith("agent-s")]
+    base = [row for row in rs[0]["rows"] if not row["policy"].startswith("agent-s")]
+    return {**rs[0], "study": "+".join(names), "train_seeds": train, "rows": base + agents}
 
 
 def main(argv=None) -> int:
@@ -412,7 +426,8 @@ def main(argv=None) -> int:
     p.add_argument("study", choices=list(STUDIES) + ["report", "pool"],
                    help="a study to train and evaluate; report: print every study's results; pool: see --pool")
     p.add_argument("--pool", metavar="STUDY,STUDY,...",
-                   help="with 'pool': report studies of the same models on disjoint evaluation seeds as one")
+                   help="with 'pool': report studies as one: the same models on disjoint evaluation seeds, or "
+                        "disjoint training seeds on the same evaluation seeds")
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--timesteps", type=int)
     p.add_argument("--eval-seeds", default="100,101,102")

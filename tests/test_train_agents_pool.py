@@ -21,11 +21,12 @@ def train_agents(tmp_path, monkeypatch):
     return mod
 
 
-def _study(out: Path, name: str, eval_seeds, model="best", prefix="fc-x"):
+def _study(out: Path, name: str, eval_seeds, model="best", prefix="fc-x", train_seeds=(1,)):
+    pols = ["soft-reflective-ceiling"] + [f"agent-s{t}" for t in train_seeds]
     rows = [{"scenario": "codegen", "policy": p, "seed": s, "class": "critical", "ttft_p99": 0.4 + 0.01 * s}
-            for s in eval_seeds for p in ("soft-reflective-ceiling", "agent-s1")]
+            for s in eval_seeds for p in pols]
     cfg = {"prefix": prefix, "model": model, "class_metrics": {"critical": ["ttft_p99"]}}
-    (out / f"{name}.json").write_text(json.dumps({"study": name, "config": cfg, "train_seeds": [1],
+    (out / f"{name}.json").write_text(json.dumps({"study": name, "config": cfg, "train_seeds": list(train_seeds),
                                                   "eval_seeds": list(eval_seeds), "rows": rows}))
 
 
@@ -37,8 +38,20 @@ def test_pool_merges_rows_and_seeds(train_agents, tmp_path):
     assert len(res["rows"]) == 6 and {r["seed"] for r in res["rows"]} == {100, 101, 105}
 
 
+def test_pool_merges_training_seeds(train_agents, tmp_path):
+    _study(tmp_path, "a", [110, 111], train_seeds=(1, 2))
+    _study(tmp_path, "b", [110, 111], train_seeds=(6,))
+    res = train_agents.pooled(["a", "b"])
+    assert res["train_seeds"] == [1, 2, 6] and res["eval_seeds"] == [110, 111]
+    pols = [r["policy"] for r in res["rows"]]
+    assert pols.count("soft-reflective-ceiling") == 2  # the baseline's rows once
+    assert sorted(set(pols) - {"soft-reflective-ceiling"}) == ["agent-s1", "agent-s2", "agent-s6"]
+
+
 @pytest.mark.parametrize("other,match", [
     (dict(eval_seeds=[101, 102]), "share evaluation seeds"),
+    (dict(eval_seeds=[100, 101], train_seeds=(1, 2)), "must share their training seeds"),
+    (dict(eval_seeds=[105], train_seeds=(2,)), "must share their training seeds"),
     (dict(eval_seeds=[105], model=""), "evaluated other models"),
     (dict(eval_seeds=[105], prefix="fc-y"), "evaluated other models"),
 ])
