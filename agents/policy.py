@@ -13,7 +13,10 @@ the same policy interface as every baseline, so ``llmsched-gym compare --policie
   trained with ``action="soft-reflective"`` (``--policy residual``), a
   :class:`AgentSoftReflective` (the soft-reflective ceiling with the model's ramp and
   period scale); the registry lists ``agent`` as a routing policy, so name the role:
-  ``fc=agent:PATH`` (or ``flow_control=agent:PATH``).
+  ``fc=agent:PATH`` (or ``flow_control=agent:PATH``);
+* a Gateway-v0 model becomes a :class:`AgentGateway` (``GatewayController``), usable as
+  ``gateway=agent:PATH`` (or ``agent:PATH``) and alone: it decides admission, flow
+  control and routing together, in its own environment, on the cell's scenario and seed.
 
 Observation: the policy builds *exactly* the environment's observation by running the
 environment's own code (``llmsched_gym.envs.core``: ``Driver.write_obs``, the driver's
@@ -37,7 +40,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from llmsched_gym.errors import ConfigError
-from llmsched_gym.gateway.policy import RoutingPolicy, UsageLimitPolicy, register_policy
+from llmsched_gym.gateway.policy import GatewayController, RoutingPolicy, UsageLimitPolicy, register_policy
 
 _CACHE: dict = {}
 
@@ -227,6 +230,14 @@ class ObservationBuilder:
 
 
 # ====================================================================== policies
+def _model_of_kind(path: str, agent: "LoadedAgent | None", kind: str, what: str) -> LoadedAgent:
+    """``agent`` (or the model at ``path``), which must be a model of environment ``kind``."""
+    agent = agent or load_agent(path)
+    if agent.kind != kind:
+        raise ConfigError(f"agent:{path} is a {agent.env_id} model, not a {what} model")
+    return agent
+
+
 class AgentRouter(RoutingPolicy):
     """A trained Routing-v0 model as a routing policy (deterministic)."""
 
@@ -234,9 +245,7 @@ class AgentRouter(RoutingPolicy):
     description = "a trained RL agent: agent:PATH (a llmsched-gym train output directory or model.zip)"
 
     def __init__(self, path: str = "", agent: LoadedAgent | None = None):
-        self.agent = agent or load_agent(path)
-        if self.agent.kind != "routing":
-            raise ConfigError(f"agent:{path} is a {self.agent.env_id} model, not a routing model")
+        self.agent = _model_of_kind(path, agent, "routing", "routing")
         self.path = path
         self._builder = None
         pol = self.agent.model.policy
@@ -293,9 +302,7 @@ class AgentUsageLimit(UsageLimitPolicy):
     description = "a trained FlowControl agent: fc=agent:PATH"
 
     def __init__(self, path: str = "", agent: LoadedAgent | None = None):
-        self.agent = agent or load_agent(path)
-        if self.agent.kind != "flow_control":
-            raise ConfigError(f"agent:{path} is a {self.agent.env_id} model, not a flow-control model")
+        self.agent = _model_of_kind(path, agent, "flow_control", "flow-control")
         self.path = path
         self.reset(0, None)
 
@@ -405,7 +412,45 @@ class AgentSoftReflective(UsageLimitPolicy):
         return self.inner.stationary(saturation)
 
 
-def agent(path: str = "") -> "AgentRouter | AgentUsageLimit | AgentSoftReflective":
+class AgentGateway(GatewayController):
+    """A trained Gateway-v0 model as a gateway controller: ``gateway=agent:PATH``.
+
+    The model sets admission, flow control and routing together, so it runs in its own
+    environment. For a cell, :meth:`run` builds ``llmsched/Gateway-v0`` on the cell's
+    scenario (its exact rate and overrides) with the keywords the model was trained with,
+    except its training window (``duration_s``, ``num_requests``) and horizon: the
+    scenario's own apply, as in every cell. It resets with ``workload_seed`` = the cell's
+    seed, so the workload and the gateway's random draws are the harness's for that seed,
+    and steps the deterministic action through the episode with the saved VecNormalize
+    statistics. The finished simulator is the cell's result. An untrained ``--policy
+    residual`` model acts the centre, and the cell then equals the base combination's,
+    request for request (tests/test_gateway_env.py).
+    """
+
+    name = "agent"
+    description = "a trained Gateway-v0 agent: gateway=agent:PATH"
+
+    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+        self.agent = _model_of_kind(path, agent, "gateway", "Gateway-v0")
+        self.path = path
+
+    def run(self, scenario, seed: int):
+        from llmsched_gym.envs.gateway import GatewayEnv
+
+        self.agent.check_instances(scenario.cluster.instances)
+        kwargs = {k: v for k, v in (self.agent.meta.get("env_kwargs") or {}).items()
+                  if k not in ("duration_s", "num_requests", "horizon", "horizon_s")}
+        env = GatewayEnv(scenario=scenario, horizon=scenario.horizon_s, **kwargs)
+        obs, _ = env.reset(options={"workload_seed": int(seed)})
+        while True:
+            action, _ = self.agent.model.predict(self.agent.normalize({k: v[None] for k, v in obs.items()}),
+                                                 deterministic=True)
+            obs, _, terminated, truncated, _ = env.step(np.asarray(action).reshape(-1))
+            if terminated or truncated:
+                return env.simulator
+
+
+def agent(path: str = "") -> "AgentRouter | AgentUsageLimit | AgentSoftReflective | AgentGateway":
     """``agent:PATH``: a trained model, as the policy of its environment's role."""
     if not path:
         raise ConfigError("agent needs a model path: agent:PATH (a llmsched-gym train output directory)")
@@ -414,12 +459,13 @@ def agent(path: str = "") -> "AgentRouter | AgentUsageLimit | AgentSoftReflectiv
         return AgentRouter(path, a)
     if a.kind == "flow_control":
         return AgentSoftReflective(path, a) if a.flow_action == "soft-reflective" else AgentUsageLimit(path, a)
-    hint = " (evaluate Gateway-v0 models in their environment: benchmarks/gateway_agent.py)" \
-        if a.kind == "gateway" else ""
-    raise ConfigError(f"agent:{path}: {a.env_id} models are not usable as gateway policies yet{hint}")
+    if a.kind == "gateway":
+        return AgentGateway(path, a)
+    raise ConfigError(f"agent:{path}: {a.env_id} models are not usable as gateway policies yet")
 
 
 agent.role = "routing"
-agent.role_for = lambda path: "usage-limit" if load_agent(path).kind == "flow_control" else "routing"
-agent.description = AgentRouter.description + "; a FlowControl model: fc=agent:PATH"
+agent.role_for = lambda path: {"flow_control": "usage-limit", "gateway": "gateway"}.get(load_agent(path).kind,
+                                                                                      "routing")
+agent.description = AgentRouter.description + "; a FlowControl model: fc=agent:PATH; a Gateway-v0 model: gateway=agent:PATH"
 register_policy("agent", agent, overwrite=True)

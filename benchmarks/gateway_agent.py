@@ -6,14 +6,13 @@
 Without ``--baselines``, codegen and chat use the combinations of docs/agents.md's tables
 (``CANDIDATES``: the published ones and the best of every ``llmsched-gym tune`` search).
 
-Baselines run through the evaluation harness (``evaluate``: the cells ``compare`` runs).
-The agent runs in its environment, one full-scenario episode per evaluation seed
-(``reset(options={"workload_seed": seed})`` builds the harness's workload and gateway
-generator for that seed), with the environment keywords it was trained with except the
-shortened training window, its deterministic action and its VecNormalize statistics; its
-metrics are ``metrics.summarize`` of the episode's simulator, the harness's summary. The
-agent's own base combination at the centre action runs the same way (``--centre``) and
-must equal the harness's row of that combination (checked; tests/test_gateway_env.py
+Everything runs through the evaluation harness (``evaluate``: the cells ``compare`` runs),
+the agent as ``gateway=agent:PATH`` (``agents.policy.AgentGateway``): in its environment,
+one full-scenario episode per evaluation seed (``reset(options={"workload_seed": seed})``
+builds the harness's workload and gateway generator for that seed), with the environment
+keywords it was trained with except the training window, its deterministic action and its
+VecNormalize statistics. The environment at the agent's centre action runs the same way
+and must equal the harness's row of its base combination (printed; tests/test_gateway_env.py
 checks it request for request).
 
 The objective is the tuning objective of docs/agents.md: ``0.3 ttft_mean:critical + 0.35
@@ -90,9 +89,9 @@ def centre_spec(setup) -> str:
     return f"{setup.router}+{flow}+{adm}"
 
 
-def agent_runs(path: str, scenario: str, rate: dict, seeds: list[int], centre: bool) -> tuple[dict, str]:
-    """Per seed: the agent's (or with ``centre``, its centre action's) per-class metrics; and
-    the centre's baseline combination."""
+def centre_runs(path: str, scenario: str, rate: dict, seeds: list[int]) -> tuple[dict, str]:
+    """Per seed: the per-class metrics of the agent's centre action, run in its environment;
+    and the centre's baseline combination."""
     import gymnasium as gym
 
     import llmsched_gym  # noqa: F401  (registers the environments)
@@ -107,12 +106,7 @@ def agent_runs(path: str, scenario: str, rate: dict, seeds: list[int], centre: b
     for seed in seeds:
         obs, _ = env.reset(options={"workload_seed": seed})
         while True:
-            if centre:
-                a = env.unwrapped.setup.centre
-            else:
-                batch = {k: v[None] for k, v in obs.items()}
-                a = agent.model.predict(agent.normalize(batch), deterministic=True)[0][0]
-            obs, _, te, tr, info = env.step(a)
+            obs, _, te, tr, info = env.step(env.unwrapped.setup.centre)
             if te or tr:
                 break
         out[seed] = _metrics(info["episode"]["metrics"]["classes"])
@@ -139,9 +133,8 @@ def main(argv=None) -> None:
         p.error(f"--baselines is needed for scenario {args.scenario!r} (defaults exist for {', '.join(CANDIDATES)})")
     specs = ([s.strip() for s in args.baselines.split(";") if s.strip()] if args.baselines is not None
              else CANDIDATES[args.scenario])
-    runs = baselines(args.scenario, rate, specs, seeds)
-    centre, base_spec = agent_runs(args.agent, args.scenario, rate, seeds, centre=True)
-    runs[args.label], _ = agent_runs(args.agent, args.scenario, rate, seeds, centre=False)
+    runs = baselines(args.scenario, rate, specs + [f"gateway=agent:{args.agent}+label={args.label}"], seeds)
+    centre, base_spec = centre_runs(args.agent, args.scenario, rate, seeds)
     match = [p for p in runs if p != args.label and all(
         np.allclose([v for _, v in sorted(runs[p][s].items())], [v for _, v in sorted(centre[s].items())],
                     rtol=1e-12, equal_nan=True) for s in seeds)]

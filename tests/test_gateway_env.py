@@ -342,6 +342,39 @@ def test_residual_starts_at_a_raw_mode_centre(tmp_path, one_torch_thread):
         obs, *_ = env.step(a)
 
 
+def test_gateway_agent_in_the_harness(tmp_path, one_torch_thread):
+    """``gateway=agent:PATH`` (or a bare ``agent:PATH``) evaluates a Gateway-v0 model in the
+    harness: an untrained residual model acts its centre, so every metric of its cells
+    equals the base combination's; other roles beside it are refused."""
+    pytest.importorskip("stable_baselines3")
+    from conftest import TINY_PPO
+
+    from agents.train import train
+    from llmsched_gym.evaluation import evaluate
+    from llmsched_gym.evaluation.harness import METRIC_COLUMNS
+    from llmsched_gym.gateway.policy import parse_policy
+
+    out = tmp_path / "gw"
+    train(GW, ["codegen"], "ppo", 128, seed=0, out=out, rate_kind="paper_qps", rates=[16.0], n_envs=2,
+          eval_freq=10_000, eval_episodes=1, progress=False, policy_variant="residual",
+          env_overrides={"flow_control": "priority-holdback:cmax=2,cmin=1.2"},
+          overrides={**TINY_PPO, "learning_rate": 0.0, "eval_duration_s": 2.0,
+                     "env_kwargs": {"duration_s": 3.0, "horizon": None, "admission_action": "rejection",
+                                    "flow_action": "scaled-ceilings"}})
+    base = "lmetric+priority-holdback:cmax=2,cmin=1.2+always-admit"
+    table = evaluate("codegen", [f"gateway=agent:{out}+label=gw", f"agent:{out}+label=bare", f"{base}+label=base"],
+                     [5, 6], paper_qps=16, overrides={"duration_s": 4.0}, workers=1)
+    rows = {(r["policy"], r["seed"], r["class"]): r for r in table.rows}
+    for (pol, seed, cls), r in rows.items():
+        if pol != "base":
+            ref = rows[("base", seed, cls)]
+            assert all(r[k] == ref[k] or (r[k] != r[k] and ref[k] != ref[k]) for k in METRIC_COLUMNS), (pol, seed, cls)
+            assert (r["router"], r["flow_control"]) == ("lmetric-weighted", "external-ceilings")
+    assert rows[("gw", 5, "all")]["requests"] > 0
+    with pytest.raises(ConfigError, match="gateway= decides routing, flow control and admission together"):
+        parse_policy(f"gateway=agent:{out}+router=jsq")
+
+
 def test_train_cli_env_flags_errors(capsys):
     """``--env-set`` and the base-policy flags reach the environment: a bad value is a
     one-line error (exit 2) before training."""

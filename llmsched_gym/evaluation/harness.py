@@ -156,15 +156,26 @@ def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides:
 def _run_cells(tasks: list[dict]) -> list[dict]:
     """Run cells as one batched simulation (cluster c of a batch gives what it gives
     alone, bit for bit); their results in order (top-level, so it pickles for spawned
-    workers). A cell with a scaler runs on its own, autoscaled (:func:`_run_scaled`)."""
+    workers). A cell with a scaler runs on its own, autoscaled (:func:`_run_scaled`), and
+    one with a gateway controller on its own too (:func:`_run_gateway`)."""
     from ..simulator import SimulatorBatch
 
-    plain = [t for t in tasks if "scaler" not in t["policy"]]
+    plain = [t for t in tasks if "scaler" not in t["policy"] and "gateway" not in t["policy"]]
     sims = [t["scenario"].simulator(t["seed"], **t["policy"], batch=False) for t in plain]
     if sims:
         SimulatorBatch(sims).run()
     done = {id(t): _cell_result(t, sim) for t, sim in zip(plain, sims)}
-    return [done[id(t)] if id(t) in done else _run_scaled(t) for t in tasks]
+    return [done[id(t)] if id(t) in done else _run_gateway(t) if "gateway" in t["policy"] else _run_scaled(t)
+            for t in tasks]
+
+
+def _run_gateway(task: dict) -> dict:
+    """One cell run by a gateway controller (a Gateway-v0 model), which drives its own
+    simulator of the cell's scenario and seed."""
+    from ..gateway.policy import make_policy
+
+    controller = make_policy(task["policy"]["gateway"], "gateway")
+    return _cell_result(task, controller.run(task["scenario"], task["seed"]))
 
 
 def _run_scaled(task: dict) -> dict:
@@ -447,8 +458,9 @@ def _assemble(plan: dict, results: list[dict]) -> ResultTable:
 
 
 def with_defaults(spec: PolicySpec, common: dict | None) -> PolicySpec:
-    """``spec`` with the roles of ``common`` it does not set itself."""
-    if not common:
+    """``spec`` with the roles of ``common`` it does not set itself (none for a gateway
+    controller, which sets every gateway role)."""
+    if not common or spec.get("gateway") is not None:
         return spec
     roles = {**common, **spec.kwargs()}
     return PolicySpec(spec.label, tuple((r, roles[r]) for r in ROLE_KEYS if r in roles))

@@ -9,7 +9,9 @@ Three roles, each seeing only a :class:`~llmsched_gym.gateway.view.RouterView`:
 A fourth role, ``scaling`` (:class:`llmsched_gym.autoscaling.ScalingPolicy`), sizes the
 fleet once per scaling interval (``compare --scaler``, ``llmsched/Autoscaling-v0``). A
 fifth, ``pd`` (:class:`PDPolicy`), decides per request whether a cluster with a prefill
-pool disaggregates it (docs/architecture.md, "Prefill/decode disaggregation").
+pool disaggregates it (docs/architecture.md, "Prefill/decode disaggregation"). A sixth,
+``gateway`` (:class:`GatewayController`), takes the three gateway decisions together and
+drives the whole simulation (a trained Gateway-v0 model, ``gateway=agent:PATH``).
 
 Policies are registered by name (:func:`register_policy`) and built with
 :func:`make_policy`; every constant is a constructor keyword with the published default.
@@ -24,7 +26,8 @@ three roles; the roles it leaves out keep the scenario's defaults. It is given a
   ``"lmetric+soft-reflective-ceiling"``, ``"router=jsq+flow_control=none"``,
   ``"llm-d:prefix_weight=2,queue_weight=1"``. Roles: ``router`` (alias ``routing``),
   ``flow_control`` (aliases ``flow-control``, ``usage-limit``, ``fc``), ``admission``,
-  ``scaler`` (aliases ``scaling``, ``autoscaler``; runs the cell autoscaled), ``pd``.
+  ``scaler`` (aliases ``scaling``, ``autoscaler``; runs the cell autoscaled), ``pd``,
+  ``gateway`` (alone: it sets routing, flow control and admission itself).
   ``label=NAME`` names the combination (default: the string itself).
 """
 
@@ -121,6 +124,21 @@ class PDPolicy(Policy):
         raise NotImplementedError
 
     def compiled_form(self) -> tuple[int, tuple]:
+        raise NotImplementedError
+
+
+class GatewayController(Policy):
+    """Admission, flow control and routing decided together, once per control interval,
+    by one controller that runs the simulation itself (as ``llmsched/Gateway-v0`` does).
+
+    The harness hands it a cell's scenario (at the cell's exact rate) and seed;
+    :meth:`run` returns the finished :class:`~llmsched_gym.simulator.Simulator`, whose
+    summary is the cell's result like any other cell's.
+    """
+
+    role = "gateway"
+
+    def run(self, scenario, seed: int):
         raise NotImplementedError
 
 
@@ -227,19 +245,19 @@ def check_policy_ref(field: str, value, *, none_ok: bool = True) -> None:
 
 
 # ====================================================================== combinations
-ROLE_KEYS = ("router", "flow_control", "admission", "scaler", "pd")
+ROLE_KEYS = ("router", "flow_control", "admission", "scaler", "pd", "gateway")
 _ROLE_ALIASES = {
     "router": "router", "routing": "router", "route": "router",
     "flow_control": "flow_control", "flow-control": "flow_control", "flowcontrol": "flow_control",
     "usage-limit": "flow_control", "usage_limit": "flow_control", "fc": "flow_control",
     "admission": "admission", "admit": "admission",
     "scaler": "scaler", "scaling": "scaler", "autoscaler": "scaler",
-    "pd": "pd",
+    "pd": "pd", "gateway": "gateway",
 }
 _REGISTRY_ROLE = {"routing": "router", "usage-limit": "flow_control", "admission": "admission", "scaling": "scaler",
-                  "pd": "pd"}
+                  "pd": "pd", "gateway": "gateway"}
 _POLICY_ROLE = {"router": "routing", "flow_control": "usage-limit", "admission": "admission", "scaler": "scaling",
-                "pd": "pd"}
+                "pd": "pd", "gateway": "gateway"}
 
 
 @dataclass(frozen=True)
@@ -288,7 +306,7 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
             role = _ROLE_ALIASES.get(str(k).lower())
             if role is None:
                 raise ConfigError(f"policy combination {spec!r}: unknown role {k!r}; "
-                                  "use router, flow_control, admission, scaler, pd")
+                                  "use router, flow_control, admission, scaler, pd, gateway")
             roles[role] = None if (role == "flow_control" and (v is None or str(v).lower() == "none")) else v
     elif isinstance(spec, Policy):
         roles[_REGISTRY_ROLE[spec.role]] = spec
@@ -309,7 +327,7 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
             if role is None:
                 if eq and ":" not in key:
                     raise ConfigError(f"policy combination {spec!r}: unknown role {key.strip()!r}; "
-                                      "use router=, flow_control=, admission=, scaler=, pd= or label=")
+                                      "use router=, flow_control=, admission=, scaler=, pd=, gateway= or label=")
                 value = part
                 role = None if value.lower() == "none" else _role_of_name(value)
                 if role is None:
@@ -322,6 +340,10 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
             label = text
     else:
         raise ConfigError(f"policy combination {spec!r}: expected a string or a dict")
+    if "gateway" in roles and len(roles) > 1:
+        others = ", ".join(f"{r}=" for r in roles if r != "gateway")
+        raise ConfigError(f"policy combination {spec!r}: gateway= decides routing, flow control and admission "
+                          f"together and runs alone; drop {others}")
     for role, value in roles.items():
         if value is None:
             if role != "flow_control":
