@@ -352,7 +352,7 @@ def test_gateway_agent_in_the_harness(tmp_path, one_torch_thread):
     from agents.train import train
     from llmsched_gym.evaluation import evaluate
     from llmsched_gym.evaluation.harness import METRIC_COLUMNS
-    from llmsched_gym.gateway.policy import parse_policy
+    from llmsched_gym.gateway.policy import make_policy, parse_policy
 
     out = tmp_path / "gw"
     train(GW, ["codegen"], "ppo", 128, seed=0, out=out, rate_kind="paper_qps", rates=[16.0], n_envs=2,
@@ -373,6 +373,9 @@ def test_gateway_agent_in_the_harness(tmp_path, one_torch_thread):
     assert rows[("gw", 5, "all")]["requests"] > 0
     with pytest.raises(ConfigError, match="gateway= decides routing, flow control and admission together"):
         parse_policy(f"gateway=agent:{out}+router=jsq")
+    with pytest.raises(ConfigError, match="is a 'gateway' policy, expected 'routing' .this trained model takes the "
+                                          "gateway role"):
+        make_policy(f"agent:{out}", "routing")
 
 
 def test_train_cli_env_flags_errors(capsys):

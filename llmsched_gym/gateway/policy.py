@@ -214,7 +214,10 @@ def make_policy(spec: "str | Policy", role: str | None = None, **kwargs) -> Poli
             raise ConfigError(f"policy {name!r}: {e}") from None
         policy.name = policy.name or name
     if role is not None and policy.role != role:
-        raise ConfigError(f"policy {policy.name!r} is a {policy.role!r} policy, expected {role!r}")
+        # a trained model's role is its environment's: say where it goes in a combination
+        hint = f" (this trained model takes the {_REGISTRY_ROLE[policy.role]} role)" \
+            if isinstance(spec, str) and spec.startswith("agent:") and policy.role in _REGISTRY_ROLE else ""
+        raise ConfigError(f"policy {policy.name!r} is a {policy.role!r} policy, expected {role!r}{hint}")
     return policy
 
 
