@@ -434,13 +434,18 @@ class AgentGateway(GatewayController):
         self.agent = _model_of_kind(path, agent, "gateway", "Gateway-v0")
         self.path = path
 
-    def run(self, scenario, seed: int):
+    def environment(self, scenario):
+        """The model's environment on ``scenario`` (a Scenario): its training keywords
+        without the training window and horizon, the scenario's own horizon."""
         from llmsched_gym.envs.gateway import GatewayEnv
 
         self.agent.check_instances(scenario.cluster.instances)
         kwargs = {k: v for k, v in (self.agent.meta.get("env_kwargs") or {}).items()
                   if k not in ("duration_s", "num_requests", "horizon", "horizon_s")}
-        env = GatewayEnv(scenario=scenario, horizon=scenario.horizon_s, **kwargs)
+        return GatewayEnv(scenario=scenario, horizon=scenario.horizon_s, **kwargs)
+
+    def run(self, scenario, seed: int):
+        env = self.environment(scenario)
         obs, _ = env.reset(options={"workload_seed": int(seed)})
         while True:
             action, _ = self.agent.model.predict(self.agent.normalize({k: v[None] for k, v in obs.items()}),

@@ -90,27 +90,22 @@ def centre_spec(setup) -> str:
 
 
 def centre_runs(path: str, scenario: str, rate: dict, seeds: list[int]) -> tuple[dict, str]:
-    """Per seed: the per-class metrics of the agent's centre action, run in its environment;
-    and the centre's baseline combination."""
-    import gymnasium as gym
+    """Per seed: the per-class metrics of the agent's centre action, run in the environment
+    the agent's cells run in (``AgentGateway.environment``); and the centre's baseline
+    combination."""
+    from agents.policy import AgentGateway
+    from llmsched_gym.scenarios import make_scenario
 
-    import llmsched_gym  # noqa: F401  (registers the environments)
-    from agents.policy import LoadedAgent
-
-    agent = LoadedAgent(path)
-    kwargs = {k: v for k, v in (agent.meta.get("env_kwargs") or {}).items()
-              if k not in ("duration_s", "num_requests", "horizon_s")}
-    kwargs["horizon"] = None  # the full scenario, until drained (as the harness runs it)
-    env = gym.make(agent.env_id, scenario=scenario, **rate, **kwargs)
+    env = AgentGateway(path).environment(make_scenario(scenario, **rate))
     out = {}
     for seed in seeds:
-        obs, _ = env.reset(options={"workload_seed": seed})
+        env.reset(options={"workload_seed": seed})
         while True:
-            obs, _, te, tr, info = env.step(env.unwrapped.setup.centre)
+            _, _, te, tr, info = env.step(env.setup.centre)
             if te or tr:
                 break
         out[seed] = _metrics(info["episode"]["metrics"]["classes"])
-    return out, centre_spec(env.unwrapped.setup)
+    return out, centre_spec(env.setup)
 
 
 def main(argv=None) -> None:

@@ -192,8 +192,8 @@ def make_gateway_setup(**kwargs) -> GatewaySetup:
     n_adm = S if adm_mode == "rejection" else 1
     n_flow = {"ceilings": B, "soft-reflective": 2, "scaled-ceilings": B, "none": 0}[flow_mode]
     base_ceilings = None
-    if flow_mode == "scaled-ceilings":
-        base_ceilings = np.minimum.accumulate(np.asarray(make_policy(fc, "usage-limit").ceilings(0.0, B), float))
+    if flow_mode == "scaled-ceilings":  # constant and non-increasing (both base policies)
+        base_ceilings = np.asarray(make_policy(fc, "usage-limit").ceilings(0.0, B), float)
     setup = GatewaySetup(**{f.name: getattr(s, f.name) for f in fields(Setup)}, admission_action=adm_mode,
                          base_k=base_k, base_flow=base_flow, base_ceilings=base_ceilings, adm=slice(0, n_adm),
                          flow=slice(n_adm, n_adm + n_flow), route=slice(n_adm + n_flow, n_adm + n_flow + I))
@@ -217,7 +217,7 @@ class GatewayDriver(IntervalDriver):
         s = self.setup
         B = len(s.band_priorities)
         self._probs = np.zeros(B)
-        self.ceilings = np.ones(B) if s.base_ceilings is None else s.base_ceilings.copy()
+        self.ceilings = np.ones(B)
         self.soft_reflective = np.array(s.base_flow, float)
         self.k = s.base_k
         self.weights = np.ones(s.num_instances)
@@ -226,7 +226,7 @@ class GatewayDriver(IntervalDriver):
         else:
             admission = make_policy(s.admission, "admission")
         if s.flow_action in ("ceilings", "scaled-ceilings"):
-            flow = ExternalCeilings(np.ones(1) if s.flow_action == "ceilings" else None)  # scaled: set by the first action
+            flow = ExternalCeilings(np.ones(1))
         elif s.flow_action == "soft-reflective":
             flow = make_policy(s.flow_control, "usage-limit")
         else:
@@ -234,8 +234,8 @@ class GatewayDriver(IntervalDriver):
         router = WeightedLMetric(make_policy(s.router, "routing"))
         sim = s.scenario.simulator(seed, router=router, flow_control=flow, admission=admission,
                                    horizon_s=s.horizon, batch=not self.batched)
-        if s.flow_action == "ceilings":
-            flow.values = np.ones(len(sim.band_priorities))
+        if s.flow_action in ("ceilings", "scaled-ceilings"):
+            flow.values = np.ones(len(sim.band_priorities))  # scaled: the base's, from _start
         self._flow_policy = flow
         return sim
 
@@ -262,14 +262,19 @@ class GatewayDriver(IntervalDriver):
             self._set_ceilings(wake=True)
         elif s.flow_action == "scaled-ceilings":
             ceilings = scaled_ceilings(a[s.flow], s.base_ceilings)
-            first = self._flow_policy.values is None
-            if first or not np.array_equal(ceilings, self.ceilings):  # unchanged: no extra dispatch cycle
+            if not np.array_equal(ceilings, self.ceilings):  # unchanged: no extra dispatch cycle
                 self.ceilings = ceilings
-                self._set_ceilings(wake=not first)
+                self._set_ceilings(wake=True)
         self.weights = route_weights(a[s.route])
         i0 = int(sim.state.inst_off[sim.c])
         sim.state.inst_f[IF_ROUTE_W, i0:i0 + s.num_instances] = self.weights
         return self._advance()
+
+    def _start(self):
+        if self.setup.base_ceilings is not None:  # the base policy's ceilings until an action changes them
+            self.ceilings = self.setup.base_ceilings.copy()
+            self._set_ceilings(wake=False)
+        return super()._start()
 
     def _set_ceilings(self, wake: bool) -> None:
         values = self.ceilings[self._sim_bands]
@@ -345,10 +350,8 @@ class GatewayVectorEnv(LLMSchedVectorEnv):
         for i in clusters:
             self._k[i] = s.base_k
             self._soft[i] = s.base_flow
-            if s.base_ceilings is not None:  # the base policy's ceilings until an action changes them
+            if s.base_ceilings is not None:  # the driver's _start wrote them to the engine state
                 self._ceilings[i] = s.base_ceilings
-                st = self.batch.state
-                st.ceil_ext[i, :st.num_bands] = s.base_ceilings[self._sim_bands[i, :st.num_bands]]
             self._weights[i] = 1.0
 
     def _parts(self, rows) -> dict:
