@@ -10,6 +10,7 @@ prefix-cache table with one entry per distinct unit key of its cluster's workloa
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,16 +19,13 @@ from numba.typed import List
 from ..gateway.saturation import SaturationConfig
 from . import kernel
 from .config import EVICTION_ORDERS, PREEMPTION_MODES
+from .fields import RECORDS, SELF, SPACES, pointer_rows
 from .layout import (
-    BQ_HEAD,
-    BQ_TAIL,
     CF_DISP_INT,
-    CF_EVICT_GATE,
     CF_EVICT_GRACE,
     CF_EXP_OUT,
     CF_FT_DELAY,
     CF_HORIZON,
-    CF_NEXT_CYCLE,
     CF_NOW,
     CF_SAT_KV,
     CF_SAT_MAX_REQ,
@@ -45,7 +43,6 @@ from .layout import (
     CI_INST0,
     CI_INST1,
     CI_INTEGER_US,
-    CI_LAST_ROUTE,
     CI_LAT_KIND,
     CI_MAX_LEN,
     CI_MAX_SEQS,
@@ -53,73 +50,38 @@ from .layout import (
     CI_NCLASSES,
     CI_NPREFILL,
     CI_NSERVE,
-    CI_PENDING,
     CI_REQ0,
     CI_REQ1,
     CI_SAT_KIND,
     CI_SKIP,
-    EN_NEXT,
-    EN_PREV,
     IF_CPU_LOAD_US,
-    IF_NEXT_T,
-    IF_ROUTE_W,
     II_ANON_FRONT,
     II_CLUSTER,
     II_CPU0,
     II_CPU_CAP,
     II_CPU_DIRECT,
-    II_CPU_HEAD,
     II_CPU_MASK,
     II_CPU_OWNER,
-    II_CPU_TAIL,
     II_CPU_VISIBLE,
     II_ENT0,
     II_ENT_DIRECT,
     II_ENT_MASK,
     II_EVICTION,
     II_IX0,
-    II_IX_HEAD,
-    II_IX_TAIL,
-    II_LRU_HEAD,
-    II_LRU_TAIL,
     II_RESTART,
     II_TOTAL,
-    II_WQ_HEAD,
-    II_WQ_TAIL,
-    IX_NEXT,
-    IX_PREV,
-    N_CF,
-    N_CI,
-    N_EN,
-    N_IF,
-    N_II,
-    N_IX,
-    N_RF,
-    N_RI,
-    N_RUN,
-    N_U,
     RF_ARRIVAL,
     RF_DELAY,
-    RF_DISPATCH,
-    RF_END,
-    RF_ENQUEUED,
-    RF_FINISH,
     RF_FINISH_DELAY,
-    RF_FIRST,
-    RF_TRANSFER,
     RI_BAND,
     RI_BK0,
     RI_BK1,
     RI_CLASS,
-    RI_DECODE,
     RI_INPUT,
-    RI_INSTANCE,
-    RI_NEXT,
     RI_OUTPUT,
     RI_PRIORITY,
     RI_UNIT0,
     RI_UNIT1,
-    RUN_ID,
     SAT_HYBRID,
     SAT_REQUESTS,
     SAT_TOKENS,
@@ -177,6 +139,12 @@ def _keys_of(x: ClusterInputs) -> tuple:
             np.zeros(len(x.workload) + 1, np.int64), np.zeros(0, np.int64), 0)
         x.units = prefix_units(x.workload, x.engine.block_size) + bk
     return x.units
+
+
+def _index(rec, start: int, n: int, extents: dict) -> tuple:
+    """The basic index of ``n`` slots from ``start`` of record ``rec`` (fixed axes up to ``extents``)."""
+    return tuple(slice(start, start + n) if axis == "slot" else slice(None) if axis == "field" else
+                 slice(0, extents[axis]) for axis in rec.shape)
 
 
 @dataclass
@@ -243,111 +211,103 @@ class EngineState:
                 _cpu_tables(x) * _table_slots(x, units, sl, cpu=True))
 
     def _allocate(self, caps: list[tuple[int, ...]], num_bands: int, max_seqs: int) -> None:
+        """Zeroed arrays for slots of capacities ``caps`` (:meth:`_capacity` order), shaped by
+        the field table (:mod:`.fields`)."""
         C = len(caps)
         off = lambda k: np.concatenate([[0], np.cumsum([cap[k] for cap in caps])]).astype(np.int64)  # noqa: E731
         self.req_off, self.unit_off, self.ent_off, self.inst_off = off(0), off(1), off(2), off(3)
         self.bk_off, self.ix_off, self.cpu_off = off(4), off(5), off(6)
-        self.bkey = np.zeros(int(self.bk_off[-1]), np.int64)
-        N, NI = int(self.req_off[-1]), int(self.inst_off[-1])
-        self.ix = np.zeros((N_IX, int(self.ix_off[-1])), np.int64)
-        self.num_bands, self.max_seqs = B, S = num_bands, max_seqs
-        self.req_i = np.zeros((N_RI, N), np.int64)
-        self.req_f = np.zeros((N_RF, N))
-        self.unit_i = np.zeros((N_U, int(self.unit_off[-1])), np.int64)
-        self.inst_i = np.zeros((N_II, NI), np.int64)
-        self.inst_f = np.zeros((N_IF, NI))
-        # Entry-major (one entry, one cache line): every GPU table, then every CPU tier table.
-        self.ent = np.zeros((int(self.ent_off[-1] + self.cpu_off[-1]), N_EN), np.int64)
-        self.run = np.zeros((NI, N_RUN, S), np.int64)
-        self.seg = np.zeros((NI, SEGMENT_CHUNK))
-        self.clu_i = np.zeros((N_CI, C), np.int64)
-        self.clu_f = np.zeros((N_CF, C))
-        self.bq = np.zeros((3, C, B), np.int64)
-        self.ceil_ext = np.ones((C, B))
-        self.aprob = np.zeros((C, B))
-        self.lat_p = np.zeros((C, N_PARAMS))
-        self.heap_t = np.zeros(N)
-        self.heap_r = np.zeros(N, np.int64)
-        self.log = np.zeros(N, np.int64)
-        self.win_t = np.zeros(N)  # LMetric's detector: arrival times and classes in its window,
-        self.win_c = np.zeros(N, np.int64)  # a ring over the cluster's request slots,
-        self.ccount = np.zeros(N, np.int64)  # and arrivals per class in the window
+        self.num_bands, self.max_seqs = num_bands, max_seqs
+        slots = {"req": self.req_off[-1], "unit": self.unit_off[-1], "inst": self.inst_off[-1],
+                 "bkey": self.bk_off[-1], "ix": self.ix_off[-1], "clu": C,
+                 "ent": self.ent_off[-1], "cpu": self.cpu_off[-1]}
+        extents = {"bands": num_bands, "seqs": max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
+        for rec in RECORDS:
+            shape = tuple(len(rec.fields) if axis == "field" else
+                          int(sum(slots[s] for s in rec.spaces)) if axis == "slot" else extents[axis]
+                          for axis in rec.shape)
+            arr = np.zeros(shape, rec.dtype)  # zeros: pages a slot never touches stay unmapped
+            if rec.default:
+                arr[...] = rec.default
+            setattr(self, rec.array, arr)
+
+    def _caps(self, c: int) -> tuple[int, ...]:
+        """Slot ``c``'s capacities, in :meth:`_capacity` order."""
+        offs = (self.req_off, self.unit_off, self.ent_off, self.inst_off, self.bk_off, self.ix_off, self.cpu_off)
+        return tuple(int(o[c + 1] - o[c]) for o in offs)
+
+    def _ranges(self, c: int) -> dict[str, tuple[int, int]]:
+        """``{space: (first index, length)}`` of slot ``c`` in every index space."""
+        req, unit, ent, inst, bkey, ix, cpu = self._caps(c)
+        return {"req": (int(self.req_off[c]), req), "unit": (int(self.unit_off[c]), unit),
+                "ent": (int(self.ent_off[c]), ent), "cpu": (self.cpu_base(c), cpu),
+                "inst": (int(self.inst_off[c]), inst), "bkey": (int(self.bk_off[c]), bkey),
+                "ix": (int(self.ix_off[c]), ix), "clu": (c, 1)}
+
+    def _copy_slot(self, src: "EngineState", k: int, c: int) -> None:
+        """Copy slot ``k`` of ``src`` (this state or another) into slot ``c`` of this one, every
+        pointer re-based to the new place (:mod:`.fields`); slot ``c`` must be at least as large."""
+        old, new = src._ranges(k), self._ranges(c)
+        short = [s for s in SPACES if new[s][1] < old[s][1]]
+        if short or self.num_bands < src.num_bands or self.max_seqs < src.max_seqs:
+            raise ValueError(f"cluster slot {c} is smaller than slot {k} of the source state ({short or 'bands'})")
+        delta = {s: new[s][0] - old[s][0] for s in SPACES}
+        extents = {"bands": src.num_bands, "seqs": src.max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
+        for rec in RECORDS:
+            a, b = getattr(src, rec.array), getattr(self, rec.array)
+            pointers = pointer_rows(rec)
+            for space in rec.spaces:
+                (s0, n), d0 = old[space], new[space][0]
+                if not n:
+                    continue
+                region = b[_index(rec, d0, n, extents)]
+                region[...] = a[_index(rec, s0, n, extents)]
+                for row, target in pointers:
+                    d = delta[space if target == SELF else target]
+                    if d:
+                        idx = [slice(None)] * region.ndim
+                        if row is not None:
+                            idx[rec.field_axis] = row
+                        v = region[tuple(idx)]  # a view
+                        v[...] = np.where(v >= 0, v + d, v)  # negative: "none"
 
     def regrown(self, c: int, x: ClusterInputs) -> "EngineState":
         """A copy of this state in which slot ``c`` has room for ``x``; every other slot's
         contents are moved unchanged (indices rebased), slot ``c`` is left to :meth:`load`."""
         units = _keys_of(x)
         C = self.num_clusters
-        offs = (self.req_off, self.unit_off, self.ent_off, self.inst_off, self.bk_off, self.ix_off, self.cpu_off)
-        old = [tuple(int(o[k + 1] - o[k]) for o in offs) for k in range(C)]
-        caps = list(old)
-        caps[c] = tuple(max(a, b) for a, b in zip(old[c], self._capacity(x, units)))
+        caps = [self._caps(k) for k in range(C)]
+        caps[c] = tuple(max(a, b) for a, b in zip(caps[c], self._capacity(x, units)))
         new = EngineState.__new__(EngineState)
         new.slack = self.slack
         new._allocate(caps, max(self.num_bands, x.num_bands), max(self.max_seqs, x.engine.max_num_seqs))
         new.rngs = self.rngs
-        B, S = self.num_bands, self.max_seqs
-        new.clu_f[:] = self.clu_f
-        new.ceil_ext[:, :B], new.aprob[:, :B], new.lat_p[:] = self.ceil_ext, self.aprob, self.lat_p
-        shift = lambda a, d: np.where(a >= 0, a + d, a)  # noqa: E731  (-1 means "none")
         for k in range(C):
-            r0, r0n = self.req_off[k], new.req_off[k]
-            u0, u0n = self.unit_off[k], new.unit_off[k]
-            e0, e0n = self.ent_off[k], new.ent_off[k]
-            i0, i1 = self.inst_off[k], self.inst_off[k + 1]
-            dr, du, de = r0n - r0, u0n - u0, e0n - e0
-            nr, nu, ne = old[k][0], old[k][1], old[k][2]
-            new.req_i[:, r0n:r0n + nr] = self.req_i[:, r0:r0 + nr]
-            for f in (RI_UNIT0, RI_UNIT1):
-                new.req_i[f, r0n:r0n + nr] += du
-            new.req_i[RI_NEXT, r0n:r0n + nr] = shift(self.req_i[RI_NEXT, r0:r0 + nr], dr)
-            new.req_f[:, r0n:r0n + nr] = self.req_f[:, r0:r0 + nr]
-            new.heap_t[r0n:r0n + nr] = self.heap_t[r0:r0 + nr]
-            new.heap_r[r0n:r0n + nr] = self.heap_r[r0:r0 + nr] + dr
-            new.log[r0n:r0n + nr] = self.log[r0:r0 + nr] + dr
-            new.win_t[r0n:r0n + nr] = self.win_t[r0:r0 + nr]
-            new.win_c[r0n:r0n + nr] = self.win_c[r0:r0 + nr]
-            new.ccount[r0n:r0n + nr] = self.ccount[r0:r0 + nr]
-            new.unit_i[:, u0n:u0n + nu] = self.unit_i[:, u0:u0 + nu]
-            new.ent[e0n:e0n + ne] = self.ent[e0:e0 + ne]
-            for f in (EN_PREV, EN_NEXT):
-                new.ent[e0n:e0n + ne, f] = shift(self.ent[e0:e0 + ne, f], de)
-            new.inst_i[:, i0:i1] = self.inst_i[:, i0:i1]  # instance slots do not move
-            for f in (II_WQ_HEAD, II_WQ_TAIL):
-                new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], dr)
-            for f in (II_LRU_HEAD, II_LRU_TAIL):
-                new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], de)
-            new.inst_i[II_ENT0, i0:i1] += de
-            b0, b0n, x0, x0n = self.bk_off[k], new.bk_off[k], self.ix_off[k], new.ix_off[k]
-            nb, nx, dbk, dix = old[k][4], old[k][5], b0n - b0, x0n - x0
-            for f in (RI_BK0, RI_BK1):
-                new.req_i[f, r0n:r0n + nr] += dbk
-            new.bkey[b0n:b0n + nb] = self.bkey[b0:b0 + nb]
-            new.ix[:, x0n:x0n + nx] = self.ix[:, x0:x0 + nx]
-            for f in (IX_PREV, IX_NEXT):
-                new.ix[f, x0n:x0n + nx] = shift(self.ix[f, x0:x0 + nx], dix)
-            new.inst_i[II_IX0, i0:i1] += dix
-            p0, p0n, nc = self.cpu_base(k), new.cpu_base(k), old[k][6]
-            dp = p0n - p0
-            new.ent[p0n:p0n + nc] = self.ent[p0:p0 + nc]
-            for f in (EN_PREV, EN_NEXT):
-                new.ent[p0n:p0n + nc, f] = shift(self.ent[p0:p0 + nc, f], dp)
-            new.inst_i[II_CPU0, i0:i1] += dp
-            for f in (II_CPU_HEAD, II_CPU_TAIL):
-                new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], dp)
-            for f in (II_IX_HEAD, II_IX_TAIL):
-                new.inst_i[f, i0:i1] = shift(self.inst_i[f, i0:i1], dix)
-            new.run[i0:i1, :, :S] = self.run[i0:i1]
-            new.run[i0:i1, RUN_ID] += dr
-            new.clu_i[:, k] = self.clu_i[:, k]
-            for f in (CI_REQ0, CI_REQ1, CI_PENDING):
-                new.clu_i[f, k] += dr
-            new.clu_i[CI_LAST_ROUTE, k] = shift(self.clu_i[CI_LAST_ROUTE, k], dr)
-            new.bq[:, k, :B] = self.bq[:, k]
-            for f in (BQ_HEAD, BQ_TAIL):
-                new.bq[f, k, :B] = shift(self.bq[f, k], dr)
-        new.inst_f[:], new.seg[:] = self.inst_f, self.seg
+            new._copy_slot(self, k, k)
         return new
+
+    def forked(self, c: int, k: int) -> "EngineState":
+        """A new state of ``k`` slots, each an exact copy of cluster ``c`` as it stands now
+        (its own copy of the cluster's random generator): advanced with the same decisions,
+        every copy reproduces the original request for request."""
+        new = EngineState.__new__(EngineState)
+        new.slack = self.slack
+        new._allocate([self._caps(c)] * k, self.num_bands, self.max_seqs)
+        new.rngs = List()
+        for j in range(k):
+            new.rngs.append(copy.deepcopy(self.rngs[c]))
+            new._copy_slot(self, c, j)
+        return new
+
+    def fork(self, c: int, slots) -> None:
+        """Copy cluster ``c`` into each of ``slots`` of this state (each at least as large,
+        see :meth:`forked`), replacing what ran there; each copy gets its own copy of the
+        cluster's random generator."""
+        for j in slots:
+            if j == c:
+                raise ValueError(f"cannot fork cluster slot {c} into itself")
+            self._copy_slot(self, c, j)
+            self.rngs[j] = copy.deepcopy(self.rngs[c])
 
     def has_room(self, c: int, x: ClusterInputs) -> bool:
         """Whether cluster inputs ``x`` fit slot ``c`` (see :meth:`load`)."""
@@ -385,10 +345,29 @@ class EngineState:
             return per
         return 1 << (per.bit_length() - 1)
 
+    def _reset(self, c: int, fresh: bool) -> None:
+        """Every range of slot ``c`` to its fields' defaults (:mod:`.fields`). ``fresh``: the
+        slot was just allocated, all zeros, so only non-zero defaults are written: writing
+        zeros would fault in every page of a table the run may never use."""
+        extents = {"bands": self.num_bands, "seqs": self.max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
+        ranges = self._ranges(c)
+        for rec, space in ((r, s) for r in RECORDS for s in r.spaces):
+            region = getattr(self, rec.array)[_index(rec, *ranges[space], extents)]
+            if not fresh:
+                region[...] = 0
+            if not rec.fields:
+                if rec.default:
+                    region[...] = rec.default
+                continue
+            for k, f in enumerate(rec.fields):
+                if f.default:
+                    idx = [slice(None)] * region.ndim
+                    idx[rec.field_axis] = k
+                    region[tuple(idx)] = f.default
+
     def load(self, c: int, x: ClusterInputs, units=None, fresh: bool = False) -> None:
         """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset
-        (``fresh``: the slot was just allocated, all zeros, and its large ranges are left
-        untouched: writing zeros would fault in every page of a table the run may never use)."""
+        to its fields' defaults (:meth:`_reset`), then loaded with ``x``."""
         units = _keys_of(x) if units is None else units
         uoff, keys, blocks, ends, _, bk_off, bkeys, n_bkeys = units
         short = self._fit(c, x, units)
@@ -400,64 +379,43 @@ class EngineState:
         r1 = r0 + n
         u0 = int(self.unit_off[c])
         ri, rf = self.req_i, self.req_f
-        if not fresh:
-            ri[:, r0:int(self.req_off[c + 1])] = 0
+        self._reset(c, fresh)
         ri[RI_INPUT, r0:r1] = w.input_tokens
         ri[RI_OUTPUT, r0:r1] = w.output_tokens
         ri[RI_PRIORITY, r0:r1] = w.priority
         ri[RI_BAND, r0:r1] = x.band_index
         ri[RI_UNIT0, r0:r1] = uoff[:-1] + u0
         ri[RI_UNIT1, r0:r1] = uoff[1:] + u0
-        ri[RI_INSTANCE, r0:r1] = -1
-        ri[RI_NEXT, r0:r1] = -1
-        ri[RI_DECODE, r0:r1] = -1
-        if not fresh:
-            rf[:, r0:int(self.req_off[c + 1])] = 0.0
-        ri[RI_CLASS, r0:r1] = -1
         if x.prefix_classes:
             ri[RI_CLASS, r0:r1], n_classes = prefix_classes(w, *x.prefix_classes)
         else:
             n_classes = 0
-        if not fresh:
-            self.ccount[r0:int(self.req_off[c + 1])] = 0
         rf[RF_ARRIVAL, r0:r1] = w.arrival_s
-        for f in (RF_DISPATCH, RF_FIRST, RF_FINISH, RF_END, RF_ENQUEUED, RF_TRANSFER):
-            rf[f, r0:r1] = np.nan
         # Per-request overheads, elementwise as the step-time model prices them.
         rf[RF_DELAY, r0:r1] = x.latency.arrival_delay_us(w.input_tokens) * 1e-6
         rf[RF_FINISH_DELAY, r0:r1] = x.latency.finish_delay_us(w.output_tokens) * 1e-6
         self.unit_i[U_KEY, u0:u0 + len(keys)] = keys
         self.unit_i[U_BLOCKS, u0:u0 + len(keys)] = blocks
         self.unit_i[U_END, u0:u0 + len(keys)] = ends
-        e0, e1 = int(self.ent_off[c]), int(self.ent_off[c + 1])
-        if not fresh:
-            self.ent[e0:e1] = 0  # every table slot empty
+        e0 = int(self.ent_off[c])
         table, direct = self._slot_table(c, x, units), _table_size(x, units)[1]
 
-        b0, x0, x1 = int(self.bk_off[c]), int(self.ix_off[c]), int(self.ix_off[c + 1])
+        b0, x0 = int(self.bk_off[c]), int(self.ix_off[c])
         ri[RI_BK0, r0:r1] = bk_off[:-1] + b0
         ri[RI_BK1, r0:r1] = bk_off[1:] + b0
         self.bkey[b0:b0 + len(bkeys)] = bkeys
-        self.ix[:, x0:x1] = 0
-        self.ix[IX_PREV, x0:x1] = self.ix[IX_NEXT, x0:x1] = -1
 
         ii = self.inst_i
-        ii[:, i0:i1] = 0
         ii[II_IX0, i0:i1] = x0 + n_bkeys * np.arange(x.instances)
         ii[II_ANON_FRONT, i0:i1] = x.kv_blocks  # every block starts free and never cached
         ii[II_EVICTION, i0:i1] = EVICTION_ORDERS.index(x.engine.eviction)
         ii[II_RESTART, i0:i1] = PREEMPTION_MODES.index(x.engine.preemption)
-        ii[II_IX_HEAD, i0:i1] = ii[II_IX_TAIL, i0:i1] = -1
         ii[II_CLUSTER, i0:i1] = c
         ii[II_TOTAL, i0:i1] = x.kv_blocks
-        ii[II_WQ_HEAD, i0:i1] = ii[II_WQ_TAIL, i0:i1] = -1
-        ii[II_LRU_HEAD, i0:i1] = ii[II_LRU_TAIL, i0:i1] = -1
         ii[II_ENT0, i0:i1] = e0 + table * np.arange(x.instances)
         ii[II_ENT_MASK, i0:i1] = table - 1  # hashed tables only
         ii[II_ENT_DIRECT, i0:i1] = int(direct)
-        p0, p1 = self.cpu_base(c), self.cpu_base(c + 1)
-        if not fresh:
-            self.ent[p0:p1] = 0
+        p0 = self.cpu_base(c)
         cpu_table, cpu_direct = self._slot_table(c, x, units, cpu=True), _table_size(x, units, cpu=True)[1]
         shared = bool(x.cpu_shared)
         ii[II_CPU0, i0:i1] = p0 + (0 if shared else cpu_table) * np.arange(x.instances)
@@ -466,24 +424,15 @@ class EngineState:
         ii[II_CPU_CAP, i0:i1] = (x.cpu_blocks * (x.instances if shared else 1)) if cpu_table else 0
         ii[II_CPU_OWNER, i0:i1] = i0 if shared else np.arange(i0, i1)
         ii[II_CPU_VISIBLE, i0:i1] = int(bool(x.cpu_blocks and cpu_table and x.cpu_visible))
-        ii[II_CPU_HEAD, i0:i1] = ii[II_CPU_TAIL, i0:i1] = -1
-        self.inst_f[:, i0:i1] = 0.0
-        self.inst_f[IF_NEXT_T, i0:i1] = np.inf
         self.inst_f[IF_CPU_LOAD_US, i0:i1] = x.cpu_load_us_per_token
-        self.inst_f[IF_ROUTE_W, i0:i1] = 1.0  # ROUTER_LMETRIC_WEIGHTED: LMetric until set
-        if not fresh:
-            self.run[i0:i1] = 0
 
         ci, cf = self.clu_i, self.clu_f
-        ci[:, c] = 0
-        cf[:, c] = 0.0
         ci[CI_REQ0, c], ci[CI_REQ1, c], ci[CI_INST0, c], ci[CI_INST1, c] = r0, r1, i0, i1
         ci[CI_NSERVE, c] = i1 - i0
         ci[CI_NPREFILL, c] = x.prefill_instances
         cf[CF_XFER_US, c], cf[CF_XFER_LAT, c] = x.kv_us_per_token, x.kv_latency_s
         ci[CI_NBANDS, c] = x.num_bands
         ci[CI_NCLASSES, c] = n_classes
-        ci[CI_LAST_ROUTE, c] = -1
         e = x.engine
         ci[CI_MAX_SEQS, c], ci[CI_BUDGET, c], ci[CI_BS, c] = e.max_num_seqs, e.max_num_batched_tokens, e.block_size
         ci[CI_MAX_LEN, c] = -1 if e.max_model_len is None else e.max_model_len
@@ -493,7 +442,6 @@ class EngineState:
         ci[CI_LAT_KIND, c], ci[CI_INTEGER_US, c] = kind, int(x.latency.integer_us)
         self.lat_p[c] = params
         cf[CF_HORIZON, c] = x.horizon_s
-        cf[CF_NEXT_CYCLE, c] = np.inf
         cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
         cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
         cf[CF_EXP_OUT, c] = x.expected_output
@@ -506,11 +454,6 @@ class EngineState:
         ev = x.eviction
         ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
         cf[CF_EVICT_GRACE, c] = 0.0 if ev is None else ev.confirmation_grace_s
-        cf[CF_EVICT_GATE, c] = -np.inf
-        self.bq[:, c] = 0
-        self.bq[BQ_HEAD, c] = self.bq[BQ_TAIL, c] = -1
-        self.ceil_ext[c] = 1.0
-        self.aprob[c] = 0.0
         self.rngs[c] = x.rng
 
     @property
