@@ -6,7 +6,7 @@ admitted by every policy here.
 
 from __future__ import annotations
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import AdmissionPolicy, register_policy
 from llmsched_gym.gateway.saturation import utilization_scores
@@ -24,7 +24,7 @@ class AlwaysAdmit(AdmissionPolicy):
         return True
 
     def compiled_form(self):
-        return layout.ADMIT_ALWAYS, ()
+        return api.ADMIT_ALWAYS, ()
 
 
 @register_policy("legacy")
@@ -38,7 +38,7 @@ class LegacyAdmission(AdmissionPolicy):
         return request.priority >= 0 or view.saturation < 1.0
 
     def compiled_form(self):
-        return layout.ADMIT_LEGACY, ()
+        return api.ADMIT_LEGACY, ()
 
 
 @register_policy("probabilistic")
@@ -104,5 +104,5 @@ class ProbabilisticAdmission(AdmissionPolicy):
         return bool(view.rng.random() >= p)
 
     def compiled_form(self):
-        return layout.ADMIT_PROBABILISTIC, (self.k, self.power, self.queue_depth_threshold,
+        return api.ADMIT_PROBABILISTIC, (self.k, self.power, self.queue_depth_threshold,
                                             self.kv_cache_util_threshold)

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import ConfigError, check_nonnegative
 from llmsched_gym.gateway.policy import UsageLimitPolicy, register_policy
 
@@ -36,7 +36,7 @@ class StaticUsageLimit(UsageLimitPolicy):
         return np.full(num_bands, self.threshold)
 
     def compiled_form(self):
-        return layout.FLOW_STATIC, (self.threshold,)
+        return api.FLOW_STATIC, (self.threshold,)
 
 
 @register_policy("priority-holdback")
@@ -66,7 +66,7 @@ class PriorityHoldback(UsageLimitPolicy):
         return self.cmax - i * (self.cmax - self.cmin) / (num_bands - 1)
 
     def compiled_form(self):
-        return layout.FLOW_HOLDBACK, (self.cmax, self.cmin)
+        return api.FLOW_HOLDBACK, (self.cmax, self.cmin)
 
 
 def round_half_up(x: float) -> int:
@@ -142,4 +142,4 @@ class SoftReflectiveCeiling(UsageLimitPolicy):
         return s < self.gated_from() or s >= 1.0 or self.period(s) == 1
 
     def compiled_form(self):
-        return layout.FLOW_SOFT_REFLECTIVE, (self.ramp, self.period_scale)
+        return api.FLOW_SOFT_REFLECTIVE, (self.ramp, self.period_scale)

@@ -11,7 +11,7 @@ pool (dispatched there, not yet scheduled).
 
 from __future__ import annotations
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import PDPolicy, register_policy
 
@@ -47,7 +47,7 @@ class AlwaysDisaggregated(PDPolicy):
         return True
 
     def compiled_form(self) -> tuple[int, tuple]:
-        return layout.PD_DECIDE_ALWAYS, ()
+        return api.PD_DECIDE_ALWAYS, ()
 
 
 @register_policy("pd-llmd")
@@ -73,7 +73,7 @@ class LlmdPrefixDecider(PDPolicy):
         return self.threshold <= 0 or uncached_tokens >= self.threshold
 
     def compiled_form(self) -> tuple[int, tuple]:
-        return layout.PD_DECIDE_LLMD, (self.threshold,)
+        return api.PD_DECIDE_LLMD, (self.threshold,)
 
 
 @register_policy("pd-dynamo")
@@ -100,4 +100,4 @@ class DynamoConditional(PDPolicy):
         return uncached_tokens > self.max_local_prefill_length and prefill_queue < self.max_prefill_queue_size
 
     def compiled_form(self) -> tuple[int, tuple]:
-        return layout.PD_DECIDE_DYNAMO, (self.max_local_prefill_length, self.max_prefill_queue_size)
+        return api.PD_DECIDE_DYNAMO, (self.max_local_prefill_length, self.max_prefill_queue_size)

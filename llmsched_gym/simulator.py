@@ -11,6 +11,7 @@ how the Routing environment hands decisions to an agent.
 
 from __future__ import annotations
 
+import copy
 import numbers
 import os
 import subprocess
@@ -529,6 +530,28 @@ class Simulator:
         finally:
             self.wall_seconds += _time.perf_counter() - start
 
+    def fork(self, k: int) -> "SimulatorBatch":
+        """``k`` copies of this simulation as it stands now, in a batch of their own.
+
+        Each copy has its own engine state slot, random generator and policy objects: advanced
+        with the same decisions, every copy reproduces this simulation request for request, and
+        copies given different decisions diverge only through them. The batch advances all
+        copies in one compiled call (``SimulatorBatch.advance_clusters``), which is what a
+        lookahead planner needs. The workload and configs are shared, not copied.
+        """
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ConfigError(f"fork count {k!r} is invalid; it must be an integer >= 1")
+        state = self.state.forked(self.c, int(k))
+        shared = (self.workload, self.cluster, self.gateway, self.latency, self._band_index, self.inputs.units)
+        copies = []
+        for j in range(int(k)):
+            memo = {id(self.state): state, **{id(o): o for o in shared}}
+            sim = copy.deepcopy(self, memo)
+            state.rngs[j] = sim.rng  # the copy's policies and its slot draw from one generator
+            sim._bind(state, j)
+            copies.append(sim)
+        return SimulatorBatch.of(state, copies)
+
     def route(self, instance: int) -> None:
         """Answer the pending external routing decision with ``instance``."""
         if self.pending_route is None:
@@ -682,6 +705,13 @@ class SimulatorBatch:
         self.state = EngineState([s.inputs for s in self.sims], slack=slack)
         for c, s in enumerate(self.sims):
             s._attach(self.state, c)
+
+    @classmethod
+    def of(cls, state: EngineState, sims: list[Simulator]) -> "SimulatorBatch":
+        """The batch of simulators already bound to the slots of ``state`` (see :meth:`Simulator.fork`)."""
+        batch = cls.__new__(cls)
+        batch.sims, batch.state = list(sims), state
+        return batch
 
     def replace(self, c: int, sim: Simulator) -> None:
         """Start ``sim`` (built with ``batch=False``) in slot ``c``, ending what ran there.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
 
@@ -48,4 +48,4 @@ class AIBrixRouter(RoutingPolicy):
         return int(candidates[order[0]])
 
     def compiled_form(self):
-        return layout.ROUTER_AIBRIX, (self.imbalance, self.std_factor)
+        return api.ROUTER_AIBRIX, (self.imbalance, self.std_factor)

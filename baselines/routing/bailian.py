@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import ConfigError, check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
@@ -42,7 +42,7 @@ class BailianRouter(RoutingPolicy):
         return argmin_lowest(self.scores(request, view))
 
     def compiled_form(self):
-        return layout.ROUTER_BAILIAN, (self.lam,)
+        return api.ROUTER_BAILIAN, (self.lam,)
 
 
 @register_policy("bailian-sampling")
@@ -91,4 +91,4 @@ class BailianSamplingRouter(RoutingPolicy):
         self._ledger.remove(request_id, instance)
 
     def compiled_form(self):  # its token ledger is the engine's (as least-tokens')
-        return layout.ROUTER_BAILIAN_SAMPLING, (self.a, self.b, self.c)
+        return api.ROUTER_BAILIAN_SAMPLING, (self.a, self.b, self.c)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
@@ -57,4 +57,4 @@ class DynamoRouter(RoutingPolicy):
         return int(view.rng.choice(view.num_instances, p=p / p.sum()))
 
     def compiled_form(self):
-        return layout.ROUTER_DYNAMO, (self.prefill_weight, self.temperature)
+        return api.ROUTER_DYNAMO, (self.prefill_weight, self.temperature)

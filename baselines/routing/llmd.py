@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
@@ -81,7 +81,7 @@ class LLMDRouter(RoutingPolicy):
         self._index.insert(instance, self._keys(request))
 
     def compiled_form(self):  # the index lives in the engine state (engine/units.py block keys)
-        return layout.ROUTER_LLMD, (*self.weights, self.lru_blocks)
+        return api.ROUTER_LLMD, (*self.weights, self.lru_blocks)
 
 
 @register_policy("llm-d-predicted-latency")
@@ -102,4 +102,4 @@ class LLMDPredictedLatencyRouter(RoutingPolicy):
         return argmin_lowest(self.scores(request, view))
 
     def compiled_form(self):
-        return layout.ROUTER_PREDICTED_LATENCY, ()
+        return api.ROUTER_PREDICTED_LATENCY, ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
 
@@ -69,7 +69,7 @@ class LMetricRouter(RoutingPolicy):
 
     def compiled_form(self):  # the detector's window and counts live in the engine state
         st = self._settings
-        return layout.ROUTER_LMETRIC, (float(self.detector), st["window_s"], st["top_classes"], st["min_samples"])
+        return api.ROUTER_LMETRIC, (float(self.detector), st["window_s"], st["top_classes"], st["min_samples"])
 
 
 @register_policy("lmetric-no-detector")

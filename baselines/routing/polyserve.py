@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
@@ -42,4 +42,4 @@ class PolyServeRouter(RoutingPolicy):
         return int(np.argmax(np.where(ok, tpot, -np.inf)))
 
     def compiled_form(self):
-        return layout.ROUTER_POLYSERVE, (self.ttft_slo_s, self.tpot_slo_s)
+        return api.ROUTER_POLYSERVE, (self.ttft_slo_s, self.tpot_slo_s)

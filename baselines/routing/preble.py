@@ -6,7 +6,7 @@ from collections import deque
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
@@ -80,5 +80,5 @@ class PrebleRouter(RoutingPolicy):
         return choice
 
     def compiled_form(self):
-        return layout.ROUTER_PREBLE, (self.exploit_threshold, self.initial_tpot_s, self.tpot_window,
+        return api.ROUTER_PREBLE, (self.exploit_threshold, self.initial_tpot_s, self.tpot_window,
                                       self.rebalance_ratio)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
@@ -69,5 +69,5 @@ class SGLangCacheAwareRouter(RoutingPolicy):
         self._tree.insert(instance, request.block_keys(self.block_tokens))
 
     def compiled_form(self):  # the cache tree is the engine's block-key index
-        return layout.ROUTER_SGLANG, (self.abs_threshold, self.rel_threshold, self.match_threshold,
+        return api.ROUTER_SGLANG, (self.abs_threshold, self.rel_threshold, self.match_threshold,
                                       self.max_tree_blocks)

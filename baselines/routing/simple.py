@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llmsched_gym.engine import layout
+from llmsched_gym.engine import api
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
 
@@ -23,7 +23,7 @@ class RandomRouter(RoutingPolicy):
         return int(view.rng.integers(view.num_instances))
 
     def compiled_form(self):
-        return layout.ROUTER_RANDOM, ()
+        return api.ROUTER_RANDOM, ()
 
 
 @register_policy("round-robin")
@@ -45,7 +45,7 @@ class RoundRobinRouter(RoutingPolicy):
         return i
 
     def compiled_form(self):
-        return layout.ROUTER_ROUND_ROBIN, ()
+        return api.ROUTER_ROUND_ROBIN, ()
 
 
 @register_policy("jsq")
@@ -67,7 +67,7 @@ class JSQRouter(RoutingPolicy):
         return argmin_random(self.scores(request, view), view.rng)
 
     def compiled_form(self):
-        return layout.ROUTER_JSQ, ()
+        return api.ROUTER_JSQ, ()
 
 
 @register_policy("vllm-dp")
@@ -93,7 +93,7 @@ class VLLMDataParallelRouter(RoutingPolicy):
         return argmin_random(self.scores(request, view), view.rng)
 
     def compiled_form(self):
-        return layout.ROUTER_VLLM_DP, (self.waiting_weight,)
+        return api.ROUTER_VLLM_DP, (self.waiting_weight,)
 
 
 @register_policy("least-tokens")
@@ -125,4 +125,4 @@ class LeastTokensRouter(RoutingPolicy):
         self._ledger.remove(request_id, instance)
 
     def compiled_form(self):
-        return layout.ROUTER_LEAST_TOKENS, ()
+        return api.ROUTER_LEAST_TOKENS, ()

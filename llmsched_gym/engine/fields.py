@@ -195,3 +195,38 @@ def pointer_rows(rec: Record) -> list[tuple[int | None, str]]:
     if not rec.fields:
         return [(None, rec.points_to)] if rec.points_to else []
     return [(k, f.points_to) for k, f in enumerate(rec.fields) if f.points_to]
+
+
+class Rows:
+    """Named fields of one entity's records over every slot of a state: ``rows.now`` is the
+    ``CF_NOW`` row of ``clu_f`` (a numpy view: ``state.clusters.now[c] = t`` writes the state).
+    The name is the field's constant without its prefix, in lower case."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, state, records: tuple[Record, ...]):
+        rows = {}
+        for rec in records:
+            arr = getattr(state, rec.array)
+            for k, f in enumerate(rec.fields):
+                idx = [slice(None)] * arr.ndim
+                idx[rec.field_axis] = k
+                rows[f.name.split("_", 1)[1].lower()] = arr[tuple(idx)]
+        object.__setattr__(self, "_rows", rows)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self._rows[name]
+        except KeyError:
+            raise AttributeError(f"no engine field {name!r}; fields: {', '.join(sorted(self._rows))}") from None
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"assign into the field's array instead: rows.{name}[index] = value")
+
+    def __dir__(self):
+        return sorted(self._rows)
+
+
+#: The records behind each named view of a state (EngineState.requests / instances / clusters).
+ENTITIES = {"requests": (REQUEST_INT, REQUEST_FLOAT), "instances": (INSTANCE_INT, INSTANCE_FLOAT),
+            "clusters": (CLUSTER_INT, CLUSTER_FLOAT)}

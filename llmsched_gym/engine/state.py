@@ -19,7 +19,7 @@ from numba.typed import List
 from ..gateway.saturation import SaturationConfig
 from . import kernel
 from .config import EVICTION_ORDERS, PREEMPTION_MODES
-from .fields import RECORDS, SELF, SPACES, pointer_rows
+from .fields import ENTITIES, RECORDS, SELF, SPACES, Rows, pointer_rows
 from .layout import (
     CF_DISP_INT,
     CF_EVICT_GRACE,
@@ -455,6 +455,27 @@ class EngineState:
         ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
         cf[CF_EVICT_GRACE, c] = 0.0 if ev is None else ev.confirmation_grace_s
         self.rngs[c] = x.rng
+
+    @property
+    def requests(self) -> Rows:
+        """Named request fields over every slot: ``state.requests.arrival[r]`` (views)."""
+        return self._named("requests")
+
+    @property
+    def instances(self) -> Rows:
+        """Named instance fields over every slot: ``state.instances.total[g]`` (views)."""
+        return self._named("instances")
+
+    @property
+    def clusters(self) -> Rows:
+        """Named cluster fields over every slot: ``state.clusters.now[c]`` (views)."""
+        return self._named("clusters")
+
+    def _named(self, entity: str) -> Rows:
+        named = self.__dict__.setdefault("_rows", {})
+        if entity not in named:
+            named[entity] = Rows(self, ENTITIES[entity])
+        return named[entity]
 
     @property
     def num_clusters(self) -> int:

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..engine.requests import EVICTED, EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
+from ..engine.api import EVICTED, EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
 from ..workloads.workload import class_name
 
 PERCENTILES = (50, 90, 99)

@@ -1,0 +1,162 @@
+"""Forking a cluster (``Simulator.fork`` / ``EngineState.forked``): a copy taken mid-episode,
+advanced with the original's decisions, equals the original request for request; K copies
+advanced in one batched call equal K separate runs; different decisions diverge only through
+them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmsched_gym import ClusterConfig, EngineConfig, GatewayConfig, Simulator, SimulatorBatch
+from llmsched_gym.engine.fields import RECORDS, SPACES, constants
+from llmsched_gym.envs.core import ExternalCeilings
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, PrefixSpec, WorkloadSpec, generate
+
+FIELDS = ("instance", "decode_instance", "dispatch_t", "first_token_t", "finish_t", "end_t", "outcome", "prefix_hit",
+          "preemptions", "generated", "transfer_s")
+
+
+def _workload(seed, rate, n, groups):
+    prefix = {"prefix": PrefixSpec(system_prompt_groups=groups, system_prompt_tokens=LengthSpec("fixed", 512),
+                                   session_share=0.3)} if groups else {}
+    w = generate(WorkloadSpec(arrival=ArrivalSpec("poisson", rate), input=LengthSpec("gaussian", 600, 300, 16, 3000),
+                              output=LengthSpec("gaussian", 120, 80, 1, 600), num_requests=n, name="t", **prefix), seed)
+    w.priority = np.where(np.arange(len(w)) % 3 == 0, -1, 0)
+    return w
+
+
+def _assert_same(a: Simulator, b: Simulator) -> None:
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(a.table, f), getattr(b.table, f), err_msg=f)
+
+
+def _configs(instances, kv, seqs, budget, router, flow, cpu_gb, prefill, evict, preemption):
+    prefill = min(prefill, instances - 1)
+    cluster = ClusterConfig(instances=instances, kv_blocks=kv, cpu_kv_gb=cpu_gb, prefill_instances=prefill,
+                            engine=EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget,
+                                                preemption=preemption))
+    gateway = GatewayConfig(router=router, flow_control=flow, ttl_s=5.0,
+                            eviction=evict and flow is not None and not prefill, pd="pd-always" if prefill else None)
+    return cluster, gateway
+
+
+CONFIGS = dict(
+    seed=st.integers(0, 10_000), instances=st.integers(1, 4), kv=st.integers(150, 900), rate=st.floats(10, 80),
+    seqs=st.integers(2, 64), budget=st.sampled_from([256, 2048]), groups=st.sampled_from([0, 3]),
+    router=st.sampled_from(["jsq", "round-robin", "random", "least-tokens", "llm-d", "lmetric", "sglang-cache-aware",
+                            "bailian", "aibrix", "preble"]),
+    flow=st.sampled_from([None, "soft-reflective-ceiling", "static-usage-limit"]),
+    cpu_gb=st.sampled_from([0.0, 0.05]), prefill=st.sampled_from([0, 0, 1]), evict=st.booleans(),
+    preemption=st.sampled_from(["recompute", "restart"]), fork_at=st.floats(0.05, 2.0))
+
+
+@settings(max_examples=30, deadline=None)
+@given(**CONFIGS)
+def test_fork_mid_episode_reproduces_the_original(seed, instances, kv, rate, seqs, budget, groups, router, flow,
+                                                  cpu_gb, prefill, evict, preemption, fork_at):
+    """The original runs as slot 1 of a batch (its indices offset), its copies at slots 0..2
+    of a state of their own: pointers are re-based, and every copy ends as the original."""
+    if prefill and router in ("random", "bailian", "aibrix", "preble", "sglang-cache-aware"):
+        router = "jsq"  # P/D needs a compiled router that knows the pools; these are covered aggregated
+    cluster, gateway = _configs(instances, kv, seqs, budget, router, flow, cpu_gb, prefill, evict, preemption)
+    other = Simulator(_workload(seed + 1, rate, 30, groups), cluster, gateway, seed=seed + 1, batch=False)
+    original = Simulator(_workload(seed, rate, 70, groups), cluster, gateway, seed=seed, batch=False)
+    SimulatorBatch([other, original])
+    original.advance(fork_at)
+    copies = original.fork(3)
+    copies.run()
+    original.run()
+    for sim in copies.sims:
+        _assert_same(sim, original)
+        assert sim.table.counts() == original.table.counts()
+
+
+@settings(max_examples=15, deadline=None)
+@given(**CONFIGS)
+def test_k_forks_in_one_call_equal_k_separate_runs(seed, instances, kv, rate, seqs, budget, groups, router, flow,
+                                                   cpu_gb, prefill, evict, preemption, fork_at):
+    """Copies given different usage limits (external ceilings) diverge; each equals the same
+    copy advanced alone."""
+    if prefill and router in ("random", "bailian", "aibrix", "preble", "sglang-cache-aware"):
+        router = "jsq"
+    cluster, gateway = _configs(instances, kv, seqs, budget, router, None, cpu_gb, prefill, False, preemption)
+    gateway.flow_control = ExternalCeilings(np.ones(2))  # the kernel reads the ceilings each copy is given
+    original = Simulator(_workload(seed, rate, 70, groups), cluster, gateway, seed=seed)
+    original.advance(fork_at)
+    ceilings = [np.array([1.0, 0.9]), np.array([1.0, 0.6]), np.array([0.8, 0.3])]
+    together = original.fork(3)
+    for sim, ceil in zip(together.sims, ceilings):
+        sim.set_ceilings(ceil[:len(sim.band_priorities)])
+    together.run()
+    for sim, ceil in zip(together.sims, ceilings):
+        alone = original.fork(1).sims[0]
+        alone.set_ceilings(ceil[:len(alone.band_priorities)])
+        alone.run()
+        _assert_same(sim, alone)
+
+
+def test_forks_with_other_decisions_diverge_only_through_them():
+    """An external router's copies: the same decisions give the original's results, another
+    decision for one request changes that copy alone."""
+    w = _workload(3, 40, 40, 3)
+    cluster, gateway = ClusterConfig(instances=3, kv_blocks=600), GatewayConfig(router="external")
+    original = Simulator(w, cluster, gateway, seed=3)
+    decide = lambda r: (7 * r + 1) % 3  # noqa: E731
+    while original.advance(0.3) == "route":
+        original.route(decide(original.pending_route))
+    batch = original.fork(2)
+    same, other = batch.sims
+    first = True
+    for sim in (original, same, other):
+        while (status := sim.advance()) == "route":
+            r = sim.pending_route
+            sim.route((decide(r) + 1) % 3 if sim is other and first else decide(r))
+            first = first and sim is not other
+        assert status in ("done", "horizon")
+    _assert_same(same, original)
+    assert not all(np.array_equal(getattr(other.table, f), getattr(original.table, f), equal_nan=True)
+                   for f in FIELDS)
+
+
+def test_fork_rejects_a_bad_count():
+    sim = Simulator(_workload(0, 20, 10, 0), ClusterConfig(instances=2, kv_blocks=300), GatewayConfig(router="jsq"))
+    for k in (0, -1, 1.5, True):
+        with pytest.raises(ConfigError, match="fork count"):
+            sim.fork(k)
+
+
+def test_field_table_covers_every_array_and_constant():
+    """Every state array is a record of the table, every pointer names a known space, and
+    the generated constants are dense per record."""
+    sim = Simulator(_workload(0, 20, 10, 3), ClusterConfig(instances=2, kv_blocks=300), GatewayConfig(router="llm-d"))
+    arrays = {name for name, v in vars(sim.state).items() if isinstance(v, np.ndarray) and not name.endswith("_off")}
+    assert arrays == {rec.array for rec in RECORDS}
+    consts = constants()
+    for rec in RECORDS:
+        assert set(rec.spaces) <= set(SPACES)
+        assert [consts[f.name] for f in rec.fields] == list(range(len(rec.fields)))
+        for f in rec.fields:
+            assert f.points_to in (None, "self", *SPACES)
+
+
+def test_named_views_are_the_state_rows():
+    """``state.clusters.now`` is the CF_NOW row of ``clu_f``: reads and writes go to the state."""
+    from llmsched_gym.engine.layout import CF_NOW, CI_NSERVE, II_TOTAL, RF_ARRIVAL
+
+    sim = Simulator(_workload(0, 20, 10, 0), ClusterConfig(instances=2, kv_blocks=300), GatewayConfig(router="jsq"))
+    state = sim.state
+    sim.advance(0.2)
+    assert state.clusters.now[0] == state.clu_f[CF_NOW, 0] == sim.now
+    np.testing.assert_array_equal(state.requests.arrival, state.req_f[RF_ARRIVAL])
+    state.instances.total[1] = 123
+    assert state.inst_i[II_TOTAL, 1] == 123
+    state.clusters.nserve[0] = 1
+    assert state.clu_i[CI_NSERVE, 0] == 1
+    with pytest.raises(AttributeError, match="no engine field 'nope'"):
+        _ = state.clusters.nope
+    with pytest.raises(AttributeError, match="assign into"):
+        state.clusters.now = 3.0
