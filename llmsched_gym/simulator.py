@@ -22,48 +22,9 @@ from dataclasses import dataclass, field, fields, is_dataclass
 import numpy as np
 
 from .engine import EngineConfig, warmup
-from .engine.layout import (
+from .engine.api import (
     ADMIT_PY,
-    BQ_HEAD,
-    BQ_LEN,
-    CF_A0,
-    CF_A1,
-    CF_A2,
-    CF_A3,
-    CF_F0,
-    CF_NEXT_CYCLE,
-    CF_NOW,
-    CF_PD0,
-    CF_R0,
-    CF_R1,
-    CF_R2,
-    CF_R3,
-    CF_STATIONARY,
-    CI_ACTIVE,
-    CI_ADMIT,
-    CI_DECISION,
-    CI_FLOW,
-    CI_HAS_DECISION,
-    CI_LAST_ROUTE,
-    CI_LOG_FINISH,
-    CI_LOG_LEN,
-    CI_NPREFILL,
-    CI_NSERVE,
-    CI_PD,
-    CI_PENDING,
-    CI_PTR,
-    CI_ROUTER,
-    CI_STATUS,
     FLOW_PY,
-    IF_SCR_KV,
-    IF_SCRAPE_T,
-    II_INFLIGHT,
-    II_ITERS,
-    II_QPREFILL,
-    II_SCR_RUNNING,
-    II_SCR_WAITING,
-    II_TOTAL,
-    RF_ENQUEUED,
     ROUTER_LLMD,
     ROUTER_LMETRIC,
     ROUTER_LMETRIC_WEIGHTED,
@@ -73,10 +34,11 @@ from .engine.layout import (
     ST_ROUTE,
     ST_TIME,
     STATUS_NAMES,
+    ClusterInputs,
+    EngineState,
+    RequestTable,
+    lower_policies,
 )
-from .engine.policies import lower_policies
-from .engine.requests import RequestTable
-from .engine.state import ClusterInputs, EngineState
 from .errors import ConfigError, PolicyError
 from .gateway.eviction import EvictionConfig
 from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, check_policy_ref, make_policy
@@ -402,20 +364,12 @@ class Simulator:
 
     def _attach(self, state: EngineState, c: int) -> None:
         """Start this simulation in slot ``c`` of a batched state (loaded with its inputs)."""
-        ci, cf = state.clu_i, state.clu_f
         codes = self._codes
-        ci[CI_ROUTER, c], ci[CI_FLOW, c], ci[CI_ADMIT, c] = codes.router, codes.flow, codes.admission
-        for row, v in zip((CF_R0, CF_R1, CF_R2, CF_R3), codes.router_params):
-            cf[row, c] = v
-        for k, v in enumerate(codes.flow_params):
-            cf[CF_F0 + k, c] = v
-        for row, v in zip((CF_A0, CF_A1, CF_A2, CF_A3), codes.admission_params):
-            cf[row, c] = v
-        if ci[CI_NPREFILL, c]:
-            code, params = self.pd.compiled_form()
-            ci[CI_PD, c] = code
-            for k, v in enumerate(params):
-                cf[CF_PD0 + k, c] = float(v)
+        state.set_policy(c, "router", codes.router, codes.router_params)
+        state.set_policy(c, "flow", codes.flow, codes.flow_params)
+        state.set_policy(c, "admission", codes.admission, codes.admission_params)
+        if state.clusters.nprefill[c]:
+            state.set_policy(c, "pd", *self.pd.compiled_form())
         self._python_router = codes.router == ROUTER_PY and not self.external_router
         I = self.cluster.instances
         self.view = RouterView(
@@ -439,25 +393,25 @@ class Simulator:
         self.state, self.c = state, c
         self.r0 = int(state.req_off[c])
         i0, i1 = int(state.inst_off[c]), int(state.inst_off[c + 1])
-        self._ci, self._cf = state.clu_i[:, c], state.clu_f[:, c]  # this cluster's scalars (views)
+        self._cl = state.cluster(c)  # this cluster's fields, read and written in the state
         self.table = RequestTable(self.workload, self.cluster.engine.block_size, state, c)
-        ii, inf = state.inst_i, state.inst_f
-        i1 = i0 + int(state.clu_i[CI_NSERVE, c])  # policies see the serving instances (all unless autoscaled)
-        self.in_flight, self.queued_prefill = ii[II_INFLIGHT, i0:i1], ii[II_QPREFILL, i0:i1]
-        self.kv_blocks = ii[II_TOTAL, i0:i1].copy()
-        self._scrape_t = inf[IF_SCRAPE_T, i0:i1]
+        inst = state.instances
+        i1 = i0 + int(self._cl.nserve)  # policies see the serving instances (all unless autoscaled)
+        self.in_flight, self.queued_prefill = inst.inflight[i0:i1], inst.qprefill[i0:i1]
+        self.kv_blocks = inst.total[i0:i1].copy()
+        self._scrape_t = inst.scrape_t[i0:i1]
         v = self.view
         v.num_instances = i1 - i0
         if len(v.metrics_age_s) != i1 - i0:
             v.metrics_age_s = np.zeros(i1 - i0)
-        v.waiting, v.running, v.kv_util = ii[II_SCR_WAITING, i0:i1], ii[II_SCR_RUNNING, i0:i1], inf[IF_SCR_KV, i0:i1]
+        v.waiting, v.running, v.kv_util = inst.scr_waiting[i0:i1], inst.scr_running[i0:i1], inst.scr_kv[i0:i1]
         v.in_flight, v.queued_prefill_tokens, v.kv_blocks = self.in_flight, self.queued_prefill, self.kv_blocks
 
     @property
     def needs_python(self) -> bool:
         """Whether the kernel may pause this simulation for a Python policy or finish hook."""
-        ci = self._ci
-        return bool(self._python_router or ci[CI_FLOW] == FLOW_PY or ci[CI_ADMIT] == ADMIT_PY or ci[CI_LOG_FINISH])
+        ci = self._cl
+        return bool(self._python_router or ci.flow == FLOW_PY or ci.admit == ADMIT_PY or ci.log_finish)
 
     @property
     def router(self) -> RoutingPolicy | None:
@@ -470,7 +424,7 @@ class Simulator:
         self._router = policy
         if self.state is not None:  # a compiled router keeps its own books
             hooks = policy is not None and (self._python_router or self.external_router)
-            self._ci[CI_LOG_FINISH] = int(hooks)
+            self._cl.log_finish = int(hooks)
 
     # ================================================================ public API
     def run(self) -> "Simulator":
@@ -483,28 +437,28 @@ class Simulator:
     @property
     def now(self) -> float:
         """Simulated time, seconds."""
-        return float(self._cf[CF_NOW])
+        return float(self._cl.now)
 
     @property
     def arrived(self) -> int:
         """Requests that have arrived at the gateway so far (a prefix of the workload)."""
-        return int(self._ci[CI_PTR])
+        return int(self._cl.ptr)
 
     @property
     def done(self) -> bool:
         """No request left to arrive or in the system."""
-        return self.arrived >= len(self.workload) and self._ci[CI_ACTIVE] == 0
+        return self.arrived >= len(self.workload) and self._cl.active == 0
 
     @property
     def pending_route(self) -> int | None:
         """The request awaiting an external routing decision, if any."""
-        return int(self._ci[CI_PENDING]) - self.r0 if self._ci[CI_STATUS] == ST_ROUTE else None
+        return int(self._cl.pending) - self.r0 if self._cl.status == ST_ROUTE else None
 
     @property
     def pending_info(self) -> RequestInfo | None:
         """The request of the latest routing decision pause (the one awaiting a decision
         while ``pending_route`` is set), or None before the first."""
-        r = int(self._ci[CI_LAST_ROUTE]) - self.r0
+        r = int(self._cl.last_route) - self.r0
         if r < 0:
             return None
         if self._info is None or self._info.id != r:
@@ -565,8 +519,8 @@ class Simulator:
         FlowControl environment): a blocked gateway otherwise sleeps until the next
         scrape when its policy is stationary.
         """
-        if self.flow is not None and self.state.bq[BQ_LEN, self.c].any():
-            self._cf[CF_NEXT_CYCLE] = min(self._cf[CF_NEXT_CYCLE], self.now)
+        if self.flow is not None and self.state.bands.len[self.c].any():
+            self._cl.next_cycle = min(self._cl.next_cycle, self.now)
 
     def set_ceilings(self, ceilings: np.ndarray) -> None:
         """Per-band ceilings (band 0 highest) of an externally set usage limit (FlowControl env)."""
@@ -575,8 +529,7 @@ class Simulator:
     def set_flow_params(self, params) -> None:
         """Parameters of the compiled usage limit (e.g. the soft-reflective ceiling's ramp
         and period scale: FlowControl ``action="soft-reflective"``), from the next dispatch cycle."""
-        for k, v in enumerate(params):
-            self._cf[CF_F0 + k] = float(v)
+        self.state.set_policy(self.c, "flow", None, params)
 
     def set_rejection_probs(self, probs: np.ndarray) -> None:
         """Per-band rejection probabilities of an externally set admission (Admission env)."""
@@ -586,7 +539,7 @@ class Simulator:
     def serving(self) -> int:
         """Instances that take new requests: the first ``serving`` of the cluster (all of
         them unless an autoscaler set fewer, :meth:`set_serving`)."""
-        return int(self._ci[CI_NSERVE])
+        return int(self._cl.nserve)
 
     def set_serving(self, n: int) -> None:
         """Let routing choose among the first ``n`` instances only, from now on (an
@@ -596,10 +549,10 @@ class Simulator:
         I = self.cluster.instances
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 1 <= n <= I:
             raise ConfigError(f"serving instances {n!r} is invalid; it must be an integer in [1, {I}]")
-        if self._ci[CI_NPREFILL] and n != I:
+        if self._cl.nprefill and n != I:
             raise ConfigError(f"serving instances {n!r}: a P/D cluster (cluster.prefill_instances="
-                              f"{int(self._ci[CI_NPREFILL])}) cannot be autoscaled; it serves all {I} instances")
-        self._ci[CI_NSERVE] = int(n)
+                              f"{int(self._cl.nprefill)}) cannot be autoscaled; it serves all {I} instances")
+        self._cl.nserve = int(n)
         self._bind(self.state, self.c)
 
     def request_info(self, r: int) -> RequestInfo:
@@ -628,7 +581,7 @@ class Simulator:
     def iterations(self) -> np.ndarray:
         """Engine iterations run per instance so far."""
         i0, i1 = self.state.inst_off[self.c], self.state.inst_off[self.c + 1]
-        return self.state.inst_i[II_ITERS, i0:i1]
+        return self.state.instances.iters[i0:i1]
 
     def arrivals_since(self, t: float) -> np.ndarray:
         """Arrivals at the gateway per band (band 0 highest) after time ``t`` until now."""
@@ -642,51 +595,51 @@ class Simulator:
         v.now = now = self.now
         v.saturation = self.saturation
         v.metrics_age_s[:] = now - self._scrape_t
-        bq = self.state.bq
+        bands, enqueued = self.state.bands, self.state.requests.enqueued
         for b in range(len(self.band_priorities)):
-            n = bq[BQ_LEN, self.c, b]
+            n = bands.len[self.c, b]
             v.band_lengths[b] = n
-            v.band_oldest_wait_s[b] = now - self.state.req_f[RF_ENQUEUED, bq[BQ_HEAD, self.c, b]] if n else 0.0
+            v.band_oldest_wait_s[b] = now - enqueued[bands.head[self.c, b]] if n else 0.0
         return v
 
     # ================================================================ decisions taken in Python
     def _serve(self) -> None:
         """Answer the pause of a Python policy (admission, usage limits or routing)."""
-        st = self._ci[CI_STATUS]
-        r = int(self._ci[CI_PENDING]) - self.r0
+        st = self._cl.status
+        r = int(self._cl.pending) - self.r0
         if st == ST_ROUTE:
             self._replay_finishes()
             info = self.pending_info
             self._route_to(info, self.router.route(info, self.current_view()), self.router.name)
         elif st == ST_ADMIT:
-            self._ci[CI_DECISION] = int(bool(self.admission.admit(self.request_info(r), self.current_view())))
-            self._ci[CI_HAS_DECISION] = 1
+            self._cl.decision = int(bool(self.admission.admit(self.request_info(r), self.current_view())))
+            self._cl.has_decision = 1
         else:  # ST_CEILINGS
             s = self.saturation
             self.current_view()
             nb = len(self.band_priorities)
             self.state.ceil_ext[self.c, :nb] = self.flow.ceilings(s, nb)
-            self._cf[CF_STATIONARY] = float(bool(self.flow.stationary(s)))
-            self._ci[CI_HAS_DECISION] = 1
+            self._cl.stationary = float(bool(self.flow.stationary(s)))
+            self._cl.has_decision = 1
 
     def _route_to(self, info: RequestInfo, choice, who: str) -> None:
-        I, P = self.serving, int(self._ci[CI_NPREFILL])
+        I, P = self.serving, int(self._cl.nprefill)
         if isinstance(choice, (bool, np.bool_)) or not isinstance(choice, (int, np.integer)) or not P <= choice < I:
             pool = f" (the decode pool: instances {P}..{I - 1} follow the prefill pool)" if P else ""
             raise PolicyError(f"routing policy {who!r} returned {choice!r}; expected an instance index in "
                               f"[{P}, {I - 1}]{pool}")
         i = int(choice)
-        self._ci[CI_STATUS] = ST_TIME
-        if self.state.dispatch_to(self.c, self.r0 + info.id, i) and self._ci[CI_LOG_FINISH]:
+        self._cl.status = ST_TIME
+        if self.state.dispatch_to(self.c, self.r0 + info.id, i) and self._cl.log_finish:
             self.router.on_dispatch(info, i, self.current_view())
 
     def _replay_finishes(self) -> None:
         """Tell a Python router of the finishes since its last decision, in order."""
-        n = int(self._ci[CI_LOG_LEN])
+        n = int(self._cl.log_len)
         if n and self._router is not None:
             ids = self.state.log[self.r0:self.r0 + n] - self.r0
             inst = self.table.instance[ids]
-            self._ci[CI_LOG_LEN] = 0
+            self._cl.log_len = 0
             for r, i in zip(ids.tolist(), inst.tolist()):
                 self.router.on_finish(r, i)
 
@@ -746,10 +699,10 @@ class SimulatorBatch:
         active[clusters] = True
         ends = np.full(C, np.inf)
         ends[clusters] = until
-        ci = state.clu_i
+        status = state.clusters.status
         while True:
             state.advance(active, ends)
-            st = ci[CI_STATUS]
+            st = status
             served = np.zeros(C, bool)
             for c in np.flatnonzero(active & (st >= ST_ROUTE)).tolist():
                 sim = sims[c]
@@ -762,10 +715,10 @@ class SimulatorBatch:
             if not served.any():
                 break
             active = served
-        logged = np.asarray(clusters)[ci[CI_LOG_LEN, clusters] > 0]  # routers owed finish hooks
+        logged = np.asarray(clusters)[state.clusters.log_len[clusters] > 0]  # routers owed finish hooks
         for c in logged.tolist():
             sims[c]._replay_finishes()
-        return [STATUS_NAMES[ci[CI_STATUS, c]] for c in clusters]
+        return [STATUS_NAMES[status[c]] for c in clusters]
 
 
 def simulate_batch(specs: list[dict]) -> list[Simulator]:

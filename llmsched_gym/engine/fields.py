@@ -227,6 +227,45 @@ class Rows:
         return sorted(self._rows)
 
 
-#: The records behind each named view of a state (EngineState.requests / instances / clusters).
+#: The records behind each named view of a state (EngineState.requests / instances / clusters / bands).
 ENTITIES = {"requests": (REQUEST_INT, REQUEST_FLOAT), "instances": (INSTANCE_INT, INSTANCE_FLOAT),
-            "clusters": (CLUSTER_INT, CLUSTER_FLOAT)}
+            "clusters": (CLUSTER_INT, CLUSTER_FLOAT), "bands": (BANDS,)}
+
+
+def _slot_property(array: str, k: int, doc: str) -> property:
+    column = "_" + array
+
+    def get(self):
+        return getattr(self, column)[k]
+
+    def put(self, value) -> None:
+        getattr(self, column)[k] = value
+
+    return property(get, put, doc=doc)
+
+
+def _cluster_slot_class() -> type:
+    """A class whose attributes are one cluster's fields (``slot.now``, ``slot.status = ...``),
+    read and written in the state: one property per field of the cluster records."""
+    records = ENTITIES["clusters"]
+    ns = {"__slots__": tuple("_" + rec.array for rec in records),
+          "__doc__": "One cluster's fields in a state (EngineState.cluster(c)): reads and writes go to the state."}
+    for rec in records:
+        for k, f in enumerate(rec.fields):
+            ns[f.name.split("_", 1)[1].lower()] = _slot_property(rec.array, k, f.doc or f.name)
+
+    def __init__(self, state, c: int):
+        for rec in records:
+            setattr(self, "_" + rec.array, getattr(state, rec.array)[:, c])
+
+    ns["__init__"] = __init__
+    return type("ClusterSlot", (), ns)
+
+
+ClusterSlot = _cluster_slot_class()
+
+#: Parameter rows of each compiled policy role, and the row of its code.
+POLICY_ROWS = {"router": ("CI_ROUTER", ("CF_R0", "CF_R1", "CF_R2", "CF_R3")),
+               "flow": ("CI_FLOW", ("CF_F0", "CF_F1")),
+               "admission": ("CI_ADMIT", ("CF_A0", "CF_A1", "CF_A2", "CF_A3")),
+               "pd": ("CI_PD", ("CF_PD0", "CF_PD1"))}

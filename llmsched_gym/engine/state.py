@@ -19,7 +19,7 @@ from numba.typed import List
 from ..gateway.saturation import SaturationConfig
 from . import kernel
 from .config import EVICTION_ORDERS, PREEMPTION_MODES
-from .fields import ENTITIES, RECORDS, SELF, SPACES, Rows, pointer_rows
+from .fields import ENTITIES, POLICY_ROWS, RECORDS, SELF, SPACES, ClusterSlot, Rows, constants, pointer_rows
 from .layout import (
     CF_DISP_INT,
     CF_EVICT_GRACE,
@@ -93,6 +93,8 @@ from .layout import (
 )
 from .steptime import N_PARAMS, lower
 from .units import prefix_classes, prefix_units, router_block_keys
+
+LAYOUT = constants()
 
 #: A prefix-cache table is indexed by key directly when that takes at most this many times
 #: the slots of a hashed one (see _table_size).
@@ -470,6 +472,29 @@ class EngineState:
     def clusters(self) -> Rows:
         """Named cluster fields over every slot: ``state.clusters.now[c]`` (views)."""
         return self._named("clusters")
+
+    @property
+    def bands(self) -> Rows:
+        """Named band-queue fields: ``state.bands.len[c, b]`` (views)."""
+        return self._named("bands")
+
+    def cluster(self, c: int) -> ClusterSlot:
+        """Cluster ``c``'s fields as attributes (``state.cluster(c).now``), read and written in place."""
+        return ClusterSlot(self, c)
+
+    def set_policy(self, c: int, role: str, code: int | None = None, params=()) -> None:
+        """Cluster ``c``'s compiled ``role`` policy (``router``, ``flow``, ``admission``, ``pd``):
+        its kernel code (None: keep it) and parameters, written to the role's parameter rows."""
+        if role not in POLICY_ROWS:
+            raise ValueError(f"policy role {role!r} is not compiled; roles: {', '.join(POLICY_ROWS)}")
+        code_row, param_rows = POLICY_ROWS[role]
+        params = tuple(params)
+        if len(params) > len(param_rows):
+            raise ValueError(f"a compiled {role} takes at most {len(param_rows)} parameters, got {len(params)}")
+        if code is not None:
+            self.clu_i[LAYOUT[code_row], c] = int(code)
+        for row, v in zip(param_rows, params):
+            self.clu_f[LAYOUT[row], c] = float(v)
 
     def _named(self, entity: str) -> Rows:
         named = self.__dict__.setdefault("_rows", {})
