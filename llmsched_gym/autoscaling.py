@@ -33,8 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .engine.api import IN_FLIGHT
 from .engine.hardware import HARDWARE, MODELS, get_hardware, get_model
-from .engine.layout import BQ_LEN, IF_SCR_KV, II_INFLIGHT, II_SCR_RUNNING, II_SCR_WAITING, IN_FLIGHT
 from .errors import ConfigError
 from .gateway.policy import Policy, make_policy
 from .simulator import Simulator, SimulatorBatch
@@ -185,7 +185,7 @@ class Fleet:
             return
         st = sim.state
         g0 = int(st.inst_off[sim.c])
-        idle = j[st.inst_i[II_INFLIGHT, g0 + j] == 0]
+        idle = j[st.instances.inflight[g0 + j] == 0]
         if not len(idle):
             return
         tb = sim.table
@@ -244,9 +244,9 @@ class Fleet:
         return ScalingView(
             now=sim.now, interval_s=interval_s, max_instances=self.max_instances, cold_start_s=self.cold_start_s,
             target=self.target, serving=c["serving"], starting=c["starting"], draining=c["draining"],
-            kv_util=st.inst_f[IF_SCR_KV, g0:g1].copy(), waiting=st.inst_i[II_SCR_WAITING, g0:g1].copy(),
-            running=st.inst_i[II_SCR_RUNNING, g0:g1].copy(), in_flight=st.inst_i[II_INFLIGHT, g0:g1].copy(),
-            gateway_queue=int(st.bq[BQ_LEN, sim.c].sum()), arrivals=int(arrivals),
+            kv_util=st.instances.scr_kv[g0:g1].copy(), waiting=st.instances.scr_waiting[g0:g1].copy(),
+            running=st.instances.scr_running[g0:g1].copy(), in_flight=st.instances.inflight[g0:g1].copy(),
+            gateway_queue=int(st.bands.len[sim.c].sum()), arrivals=int(arrivals),
             max_num_seqs=sim.cluster.engine.max_num_seqs)
 
 

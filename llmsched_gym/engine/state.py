@@ -496,6 +496,12 @@ class EngineState:
         for row, v in zip(param_rows, params):
             self.clu_f[LAYOUT[row], c] = float(v)
 
+    def set_route_weights(self, clusters, weights: np.ndarray) -> None:
+        """Factors on each instance's LMetric score (``ROUTER_LMETRIC_WEIGHTED``, Gateway-v0's
+        routing action): ``weights[k, i]`` for instance ``i`` of cluster ``clusters[k]``."""
+        g = self.clu_i[LAYOUT["CI_INST0"], np.asarray(clusters)][:, None] + np.arange(weights.shape[1])
+        self.inst_f[LAYOUT["IF_ROUTE_W"], g] = weights
+
     def _named(self, entity: str) -> Rows:
         named = self.__dict__.setdefault("_rows", {})
         if entity not in named:

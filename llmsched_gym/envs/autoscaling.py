@@ -17,16 +17,6 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ..autoscaling import Fleet, ScalingView, advance_fleets, check_count, resolve_cold_start
-from ..engine.layout import (
-    BQ_HEAD,
-    BQ_LEN,
-    IF_SCR_KV,
-    II_INFLIGHT,
-    II_QPREFILL,
-    II_SCR_RUNNING,
-    II_SCR_WAITING,
-    RF_ENQUEUED,
-)
 from ..errors import ConfigError
 from ..scenarios import _OVERRIDES
 from ..simulator import SimulatorBatch
@@ -124,28 +114,28 @@ class _Cluster:
         sim, s = self.sim, self.setup
         st, c = sim.state, sim.c
         g0, g1 = int(st.inst_off[c]), int(st.inst_off[c + 1])
-        ii, inf = st.inst_i, st.inst_f
+        inst = st.instances
         for key in raw:
             if key == "saturation":
                 raw[key][row, 0] = sim.saturation
             elif key == "running":
-                raw[key][row] = ii[II_SCR_RUNNING, g0:g1] / s.scenario.cluster.engine.max_num_seqs
+                raw[key][row] = inst.scr_running[g0:g1] / s.scenario.cluster.engine.max_num_seqs
             elif key == "waiting":
-                raw[key][row] = ii[II_SCR_WAITING, g0:g1]
+                raw[key][row] = inst.scr_waiting[g0:g1]
             elif key == "kv_util":
-                raw[key][row] = inf[IF_SCR_KV, g0:g1]
+                raw[key][row] = inst.scr_kv[g0:g1]
             elif key == "in_flight":
-                raw[key][row] = ii[II_INFLIGHT, g0:g1]
+                raw[key][row] = inst.inflight[g0:g1]
             elif key == "prefill_tokens":
-                raw[key][row] = ii[II_QPREFILL, g0:g1]
+                raw[key][row] = inst.qprefill[g0:g1]
             elif key in ("band_length", "band_oldest_wait"):
                 raw[key][row] = 0.0
                 for b, sb in enumerate(self.band_of.tolist()):
-                    n = st.bq[BQ_LEN, c, b]
+                    n = st.bands.len[c, b]
                     if key == "band_length":
                         raw[key][row, sb] = n
                     elif n:
-                        raw[key][row, sb] = sim.now - st.req_f[RF_ENQUEUED, st.bq[BQ_HEAD, c, b]]
+                        raw[key][row, sb] = sim.now - st.requests.enqueued[st.bands.head[c, b]]
             elif key == "fleet":
                 k = self.fleet.counts()
                 raw[key][row] = np.array([k["serving"], k["starting"] + k["waiting"], k["draining"],

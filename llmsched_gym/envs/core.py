@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from gymnasium import spaces
 
-from ..engine import layout
-from ..engine.requests import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
+from ..engine import api
+from ..engine.api import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..errors import ConfigError
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..scenarios import _OVERRIDES, Scenario, check_scenario_overrides, make_scenario
@@ -389,7 +389,7 @@ class ExternalCeilings(UsageLimitPolicy):
         return self.values
 
     def compiled_form(self):  # the kernel reads the values the driver writes (Simulator.set_ceilings)
-        return layout.FLOW_FIXED, ()
+        return api.FLOW_FIXED, ()
 
 
 class ExternalRejection(AdmissionPolicy):
@@ -405,7 +405,7 @@ class ExternalRejection(AdmissionPolicy):
         return not (p > 0.0 and view.rng.random() < p)
 
     def compiled_form(self):  # the kernel reads Simulator.set_rejection_probs
-        return layout.ADMIT_BAND_PROBS, ()
+        return api.ADMIT_BAND_PROBS, ()
 
 
 # ============================================================================ drivers

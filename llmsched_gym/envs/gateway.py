@@ -3,7 +3,7 @@
 One module and its registration (``envs/__init__.py``): the setup builder, the driver
 (one cluster, the path of the ``slo`` reward and of observers), the native vector env
 and the single env. The routing part runs inside the compiled engine: the action's
-per-instance values set the factors ``IF_ROUTE_W`` by which ``ROUTER_LMETRIC_WEIGHTED``
+per-instance values set the factors ``route_w`` by which ``ROUTER_LMETRIC_WEIGHTED``
 multiplies LMetric's score, so every request is still routed on its own, in the kernel.
 """
 
@@ -13,11 +13,9 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 from gymnasium import spaces
-from numba import njit
 
-from ..engine import layout
-from ..engine.layout import CF_A0, CI_INST0, IF_ROUTE_W
-from ..engine.policies import compiled_form
+from ..engine import api
+from ..engine.api import compiled_form
 from ..errors import ConfigError
 from ..gateway.policy import RoutingPolicy, make_policy
 from ..scenarios import _OVERRIDES
@@ -51,7 +49,7 @@ ADMISSION_ACTIONS = ("rejection", "probabilistic")
 FLOW_ACTIONS = ("ceilings", "soft-reflective", "scaled-ceilings", "none")
 #: The base policies of ``flow_action="scaled-ceilings"``: usage limits whose per-band
 #: ceilings do not depend on the saturation.
-CONSTANT_CEILING_CODES = {layout.FLOW_STATIC: "static-usage-limit", layout.FLOW_HOLDBACK: "priority-holdback"}
+CONSTANT_CEILING_CODES = {api.FLOW_STATIC: "static-usage-limit", api.FLOW_HOLDBACK: "priority-holdback"}
 #: Range of the routing factors: ``4 ** (1 - 2 a)``, from 4 (a = 0) to 1/4 (a = 1).
 ROUTE_RANGE = 4.0
 #: Range of the probabilistic admitter's ``k`` scale: ``16 ** (2 a - 1)``, 1/16 .. 16.
@@ -99,14 +97,14 @@ def flow_params(a: np.ndarray, base: tuple[float, float]) -> tuple[np.ndarray, n
 class WeightedLMetric(RoutingPolicy):
     """LMetric (``base``: an ``lmetric`` or ``lmetric-no-detector`` policy) with each
     instance's score multiplied by a factor the Gateway environment sets every interval
-    (``IF_ROUTE_W`` in the engine state, 1.0 until set). It runs only in the compiled
+    (``route_w`` in the engine state, 1.0 until set). It runs only in the compiled
     engine (``ROUTER_LMETRIC_WEIGHTED``), where the factors live."""
 
     name = "lmetric-weighted"
 
     def __init__(self, base: RoutingPolicy):
         code, self.params = base.compiled_form()
-        if code != layout.ROUTER_LMETRIC:
+        if code != api.ROUTER_LMETRIC:
             raise ConfigError(f"router={base.name!r} is invalid for Gateway-v0: its routing part weights LMetric's "
                               "score; choose lmetric or lmetric-no-detector (with their parameters)")
         self.detector = base.detector  # read by the Simulator to set up the detector's prefix classes
@@ -116,7 +114,7 @@ class WeightedLMetric(RoutingPolicy):
         raise ConfigError("lmetric-weighted runs only in the compiled engine (Gateway-v0's router)")
 
     def compiled_form(self):
-        return layout.ROUTER_LMETRIC_WEIGHTED, self.params
+        return api.ROUTER_LMETRIC_WEIGHTED, self.params
 
 
 # ====================================================================== setup
@@ -165,7 +163,7 @@ def make_gateway_setup(**kwargs) -> GatewaySetup:
     base_k, base_flow = 0.0, (1.0, 1.0)
     adm, fc = kwargs.pop("admission", None), kwargs.pop("flow_control", None)
     if adm_mode == "probabilistic":
-        adm, params = _base_policy(adm, "probabilistic", "admission", layout.ADMIT_PROBABILISTIC,
+        adm, params = _base_policy(adm, "probabilistic", "admission", api.ADMIT_PROBABILISTIC,
                                    "the engine's probabilistic admitter", "admission",
                                    "admission_action='probabilistic'")
         base_k = params[0]
@@ -173,7 +171,7 @@ def make_gateway_setup(**kwargs) -> GatewaySetup:
         raise ConfigError("admission= is the agent's decision with admission_action='rejection'; it cannot be set "
                           "(with admission_action='probabilistic' it is the admitter the action scales)")
     if flow_mode == "soft-reflective":
-        fc, base_flow = _base_policy(fc, "soft-reflective-ceiling", "usage-limit", layout.FLOW_SOFT_REFLECTIVE,
+        fc, base_flow = _base_policy(fc, "soft-reflective-ceiling", "usage-limit", api.FLOW_SOFT_REFLECTIVE,
                                      "the soft-reflective ceiling", "flow_control", "flow_action='soft-reflective'")
     elif flow_mode == "scaled-ceilings":
         fc = "static-usage-limit" if fc is None else fc
@@ -250,7 +248,7 @@ class GatewayDriver(IntervalDriver):
             sim.set_rejection_probs(self._probs[self._sim_bands])
         else:
             self.k = s.base_k * float(admission_scale(a[s.adm])[0])
-            sim.state.clu_f[CF_A0, sim.c] = self.k
+            sim.state.set_policy(sim.c, "admission", None, (self.k,))
         if s.flow_action == "soft-reflective":
             params = np.array(flow_params(a[s.flow], s.base_flow), float)
             if not np.array_equal(params, self.soft_reflective):  # unchanged: the duty cycle runs on undisturbed
@@ -266,8 +264,7 @@ class GatewayDriver(IntervalDriver):
                 self.ceilings = ceilings
                 self._set_ceilings(wake=True)
         self.weights = route_weights(a[s.route])
-        i0 = int(sim.state.inst_off[sim.c])
-        sim.state.inst_f[IF_ROUTE_W, i0:i0 + s.num_instances] = self.weights
+        sim.state.set_route_weights([sim.c], self.weights[None])
         return self._advance()
 
     def _start(self):
@@ -302,15 +299,6 @@ def _part_infos(s: GatewaySetup, probs, k, ceilings, soft, weights) -> dict:
 
 
 # ====================================================================== vector
-@njit(cache=True)
-def apply_route_weights(weights, clu_i, inst_f):
-    """Each cluster's routing factors (``weights[c, i]``) into its instances' ``IF_ROUTE_W``."""
-    for c in range(weights.shape[0]):
-        g0 = clu_i[CI_INST0, c]
-        for i in range(weights.shape[1]):
-            inst_f[IF_ROUTE_W, g0 + i] = weights[c, i]
-
-
 class GatewayVectorEnv(LLMSchedVectorEnv):
     """Native vector version of :class:`GatewayEnv`."""
 
@@ -330,7 +318,7 @@ class GatewayVectorEnv(LLMSchedVectorEnv):
                                     st.num_bands, self._probs, st.aprob)
         else:
             self._k[:] = s.base_k * admission_scale(actions[:, s.adm.start])
-            st.clu_f[CF_A0, :self.num_envs] = self._k
+            st.clusters.a0[:self.num_envs] = self._k  # the admission's first parameter
         if s.flow_action == "soft-reflective":
             self._soft[:, 0], self._soft[:, 1] = flow_params(actions[:, s.flow].T, s.base_flow)
             batched.apply_flow_params(self._soft, st.num_bands, st.bq, st.clu_f)
@@ -341,7 +329,7 @@ class GatewayVectorEnv(LLMSchedVectorEnv):
             batched.apply_ceilings(scaled_ceilings(actions[:, s.flow], s.base_ceilings), self._sim_bands,
                                    st.num_bands, st.bq, st.clu_f, self._ceilings, st.ceil_ext, False)
         self._weights[:] = route_weights(actions[:, s.route])
-        apply_route_weights(self._weights, st.clu_i, st.inst_f)
+        st.set_route_weights(np.arange(self.num_envs), self._weights)
         self._t += s.control_interval
 
     def _episode_start(self, clusters) -> None:
