@@ -25,11 +25,7 @@ from .engine import EngineConfig, warmup
 from .engine.api import (
     ADMIT_PY,
     FLOW_PY,
-    ROUTER_LLMD,
-    ROUTER_LMETRIC,
-    ROUTER_LMETRIC_WEIGHTED,
     ROUTER_PY,
-    ROUTER_SGLANG,
     ST_ADMIT,
     ST_ROUTE,
     ST_TIME,
@@ -331,14 +327,9 @@ class Simulator:
             self.inputs.prefill_instances = cluster.prefill_instances
             self.inputs.kv_us_per_token = cluster.kv_transfer_us_per_token()
             self.inputs.kv_latency_s = cluster.kv_transfer_latency_s()
-        if self._codes.router == ROUTER_LLMD:  # its approximate prefix index runs in the kernel
-            self.inputs.router_block_keys = (self.router.block_tokens, self.router.max_prefix_blocks)
-        if self._codes.router == ROUTER_SGLANG:  # so does its cache tree
-            self.inputs.router_block_keys = (self.router.block_tokens, 0)
-        if self._codes.router in (ROUTER_LMETRIC, ROUTER_LMETRIC_WEIGHTED) and self.router.detector:  # so does
-            # its hotspot detector
-            st = self.router._settings
-            self.inputs.prefix_classes = (st["prefix_blocks"], st["block_tokens"])
+        needs = self._codes.router_needs  # what a compiled router keeps in the engine state
+        self.inputs.router_block_keys = needs.get("router_block_keys")
+        self.inputs.prefix_classes = needs.get("prefix_classes")
         if batch:
             SimulatorBatch([self])
 

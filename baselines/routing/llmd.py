@@ -81,7 +81,8 @@ class LLMDRouter(RoutingPolicy):
         self._index.insert(instance, self._keys(request))
 
     def compiled_form(self):  # the index lives in the engine state (engine/units.py block keys)
-        return api.ROUTER_LLMD, (*self.weights, self.lru_blocks)
+        return api.CompiledForm(api.ROUTER_LLMD, (*self.weights, self.lru_blocks),
+                                {"router_block_keys": (self.block_tokens, self.max_prefix_blocks)})
 
 
 @register_policy("llm-d-predicted-latency")

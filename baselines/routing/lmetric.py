@@ -69,7 +69,9 @@ class LMetricRouter(RoutingPolicy):
 
     def compiled_form(self):  # the detector's window and counts live in the engine state
         st = self._settings
-        return api.ROUTER_LMETRIC, (float(self.detector), st["window_s"], st["top_classes"], st["min_samples"])
+        needs = {"prefix_classes": (st["prefix_blocks"], st["block_tokens"])} if self.detector else {}
+        return api.CompiledForm(api.ROUTER_LMETRIC, (float(self.detector), st["window_s"], st["top_classes"],
+                                                     st["min_samples"]), needs)
 
 
 @register_policy("lmetric-no-detector")

@@ -69,5 +69,5 @@ class SGLangCacheAwareRouter(RoutingPolicy):
         self._tree.insert(instance, request.block_keys(self.block_tokens))
 
     def compiled_form(self):  # the cache tree is the engine's block-key index
-        return api.ROUTER_SGLANG, (self.abs_threshold, self.rel_threshold, self.match_threshold,
-                                      self.max_tree_blocks)
+        return api.CompiledForm(api.ROUTER_SGLANG, (self.abs_threshold, self.rel_threshold, self.match_threshold,
+                                                    self.max_tree_blocks), {"router_block_keys": (self.block_tokens, 0)})

@@ -15,7 +15,7 @@ new one.
 
 from . import layout as _layout
 from .config import EngineConfig
-from .policies import PolicyCodes, compiled_form, lower_policies
+from .policies import CompiledForm, PolicyCodes, compiled_form, lower_policies
 from .requests import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, REJECTED, RequestTable
 from .state import ClusterInputs, EngineState
 
@@ -24,6 +24,6 @@ CODE_PREFIXES = ("ROUTER_", "FLOW_", "ADMIT_", "PD_DECIDE_", "SAT_", "EVICT_", "
 globals().update({k: v for k, v in vars(_layout).items() if k.startswith(CODE_PREFIXES)})
 STATUS_NAMES = _layout.STATUS_NAMES
 
-__all__ = ["ClusterInputs", "EngineConfig", "EngineState", "PolicyCodes", "RequestTable", "compiled_form",
+__all__ = ["ClusterInputs", "CompiledForm", "EngineConfig", "EngineState", "PolicyCodes", "RequestTable", "compiled_form",
            "lower_policies", "OUTCOME_NAMES", "STATUS_NAMES", "IN_FLIGHT", "FINISHED", "REJECTED", "EXPIRED",
            "DROPPED", "EVICTED"]

@@ -103,18 +103,16 @@ class WeightedLMetric(RoutingPolicy):
     name = "lmetric-weighted"
 
     def __init__(self, base: RoutingPolicy):
-        code, self.params = base.compiled_form()
-        if code != api.ROUTER_LMETRIC:
+        self.form = compiled_form(base, api.ROUTER_PY)
+        if self.form.code != api.ROUTER_LMETRIC:
             raise ConfigError(f"router={base.name!r} is invalid for Gateway-v0: its routing part weights LMetric's "
                               "score; choose lmetric or lmetric-no-detector (with their parameters)")
-        self.detector = base.detector  # read by the Simulator to set up the detector's prefix classes
-        self._settings = base._settings
 
     def route(self, request, view) -> int:
         raise ConfigError("lmetric-weighted runs only in the compiled engine (Gateway-v0's router)")
 
     def compiled_form(self):
-        return api.ROUTER_LMETRIC_WEIGHTED, self.params
+        return api.CompiledForm(api.ROUTER_LMETRIC_WEIGHTED, self.form.params, self.form.needs)
 
 
 # ====================================================================== setup
@@ -136,11 +134,11 @@ def _base_policy(value, default: str, role: str, code: int, what: str, keyword: 
     """The spec of a parameter-mode part's base policy (``None``: ``default``) and its
     compiled parameters; it must compile to ``code``."""
     spec = default if value is None else value
-    got, params = compiled_form(make_policy(spec, role), -1)
-    if got != code:
+    form = compiled_form(make_policy(spec, role), -1)
+    if form.code != code:
         raise ConfigError(f"{keyword}={value!r} is invalid with {mode}: the action scales the parameters of "
                           f"{what}; give {default} (with its parameters)")
-    return spec, params
+    return spec, form.params
 
 
 def make_gateway_setup(**kwargs) -> GatewaySetup:
@@ -175,7 +173,7 @@ def make_gateway_setup(**kwargs) -> GatewaySetup:
                                      "the soft-reflective ceiling", "flow_control", "flow_action='soft-reflective'")
     elif flow_mode == "scaled-ceilings":
         fc = "static-usage-limit" if fc is None else fc
-        if compiled_form(make_policy(fc, "usage-limit"), -1)[0] not in CONSTANT_CEILING_CODES:
+        if compiled_form(make_policy(fc, "usage-limit"), -1).code not in CONSTANT_CEILING_CODES:
             raise ConfigError(f"flow_control={fc!r} is invalid with flow_action='scaled-ceilings': the action scales "
                               f"constant per-band ceilings; give {' or '.join(CONSTANT_CEILING_CODES.values())} "
                               "(with their parameters)")
