@@ -54,12 +54,31 @@ CONFIGS = dict(
     preemption=st.sampled_from(["recompute", "restart"]), fork_at=st.floats(0.05, 2.0))
 
 
-@settings(max_examples=30, deadline=None)
-@given(**CONFIGS)
+def _hashed(x, units, cpu=False):
+    """Force the hashed prefix-cache layout (probing, backward-shift deletion) on small tables."""
+    from llmsched_gym.engine import state as ST
+
+    blocks = int(x.cpu_blocks * (x.instances if x.cpu_shared else 1) if cpu else x.kv_blocks)
+    return (ST._pow2_at_least(2 * max(min(units[4], blocks), 4)), False) if blocks else (0, False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(**CONFIGS, hashed=st.booleans())
 def test_fork_mid_episode_reproduces_the_original(seed, instances, kv, rate, seqs, budget, groups, router, flow,
-                                                  cpu_gb, prefill, evict, preemption, fork_at):
+                                                  cpu_gb, prefill, evict, preemption, fork_at, hashed):
     """The original runs as slot 1 of a batch (its indices offset), its copies at slots 0..2
     of a state of their own: pointers are re-based, and every copy ends as the original."""
+    with pytest.MonkeyPatch.context() as mp:
+        if hashed:
+            from llmsched_gym.engine import state as ST
+
+            mp.setattr(ST, "_table_size", _hashed)
+        _fork_and_compare(seed, instances, kv, rate, seqs, budget, groups, router, flow, cpu_gb, prefill, evict,
+                          preemption, fork_at)
+
+
+def _fork_and_compare(seed, instances, kv, rate, seqs, budget, groups, router, flow, cpu_gb, prefill, evict,
+                      preemption, fork_at):
     if prefill and router in ("random", "bailian", "aibrix", "preble", "sglang-cache-aware"):
         router = "jsq"  # P/D needs a compiled router that knows the pools; these are covered aggregated
     cluster, gateway = _configs(instances, kv, seqs, budget, router, flow, cpu_gb, prefill, evict, preemption)
@@ -73,6 +92,30 @@ def test_fork_mid_episode_reproduces_the_original(seed, instances, kv, rate, seq
     for sim in copies.sims:
         _assert_same(sim, original)
         assert sim.table.counts() == original.table.counts()
+
+
+def test_fork_of_a_busy_hashed_cluster_reuses_its_slots(monkeypatch):
+    """Chatbot's prefix sharing on small hashed tables (collisions, evictions, backward shifts)
+    and a CPU tier: copies forked twice into the same slots (the second fork over the first's
+    leftovers) equal the original."""
+    import llmsched_gym as g
+    from llmsched_gym.engine import state as ST
+
+    monkeypatch.setattr(ST, "_table_size", _hashed)
+    w = g.make_scenario("chatbot", qps=30, duration_s=20).build_workload(0)
+    cluster = ClusterConfig(instances=2, kv_blocks=1500, cpu_kv_gb=0.5)
+    original = Simulator(w, cluster, GatewayConfig(router="llm-d"), seed=0)
+    original.advance(5.0)
+    copies = original.fork(2)
+    copies.run()
+    original.advance(12.0)
+    original.state.fork(0, [])  # nothing to copy: a no-op
+    copies.state.fork(0, [1], source=original.state)  # over a finished copy's tables
+    second = copies.sims[1]
+    original.run()
+    SimulatorBatch.advance_clusters(copies.state, {1: second}, [1], np.inf)
+    _assert_same(copies.sims[0], Simulator(w, cluster, GatewayConfig(router="llm-d"), seed=0).run())
+    _assert_same(second, original)
 
 
 @settings(max_examples=15, deadline=None)

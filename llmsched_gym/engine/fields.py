@@ -51,6 +51,7 @@ class Record:
     prefix: str = ""  # constant prefix of its fields, for N_<prefix> (e.g. "RI")
     points_to: str | None = None
     default: float = 0.0
+    occupied_by: str | None = None  # a field whose 0 marks an empty slot, whose other fields the kernel never reads
 
     @property
     def field_axis(self) -> int | None:
@@ -123,7 +124,7 @@ RUNNING = Record("run", ("inst",), np.int64, ("slot", "field", "seqs"), prefix="
     Field("RUN_ID", "req"), "RUN_INP", "RUN_OUT", "RUN_COMP", "RUN_GEN", "RUN_SHARED", "RUN_TAKE", "RUN_PREFILL",
     "RUN_DECODE", "RUN_DONE",
 ))
-ENTRY = Record("ent", ("ent", "cpu"), np.int64, ("slot", "field"), prefix="EN", fields=_fields(
+ENTRY = Record("ent", ("ent", "cpu"), np.int64, ("slot", "field"), prefix="EN", occupied_by="EN_KEY", fields=_fields(
     "EN_REF", "EN_BLOCKS", Field("EN_PREV", SELF), Field("EN_NEXT", SELF),
     Field("EN_ANON_AFTER", doc="vLLM order: anonymous free blocks released right after the unit"),
     Field("EN_KEY", doc="the unit's key + 1 (0: empty slot)"),

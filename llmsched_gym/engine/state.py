@@ -149,6 +149,21 @@ def _index(rec, start: int, n: int, extents: dict) -> tuple:
                  slice(0, extents[axis]) for axis in rec.shape)
 
 
+def _copy_occupied(rec, a: np.ndarray, s0: int, b: np.ndarray, d0: int, n: int, shifts) -> None:
+    """Copy the occupied slots of ``a[s0:s0 + n]`` to ``b[d0:d0 + n]`` (pointer fields shifted by
+    ``shifts``' deltas) and mark every other destination slot empty: a prefix-cache table is
+    mostly empty, and the kernel writes every field of a slot it fills."""
+    key = LAYOUT[rec.occupied_by]
+    rows = np.flatnonzero(a[s0:s0 + n, key])
+    b[d0 + np.flatnonzero(b[d0:d0 + n, key]), key] = 0
+    block = a[s0 + rows]
+    for row, d in shifts:
+        if d:
+            v = block[:, row]
+            block[:, row] = np.where(v >= 0, v + d, v)
+    b[d0 + rows] = block
+
+
 @dataclass
 class ClusterInputs:
     """What one cluster of a batch is built from (prepared by the simulator)."""
@@ -262,6 +277,9 @@ class EngineState:
                 (s0, n), d0 = old[space], new[space][0]
                 if not n:
                     continue
+                if rec.occupied_by:
+                    _copy_occupied(rec, a, s0, b, d0, n, [(row, delta[space if t == SELF else t]) for row, t in pointers])
+                    continue
                 region = b[_index(rec, d0, n, extents)]
                 region[...] = a[_index(rec, s0, n, extents)]
                 for row, target in pointers:
@@ -301,15 +319,17 @@ class EngineState:
             new._copy_slot(self, c, j)
         return new
 
-    def fork(self, c: int, slots) -> None:
-        """Copy cluster ``c`` into each of ``slots`` of this state (each at least as large,
-        see :meth:`forked`), replacing what ran there; each copy gets its own copy of the
-        cluster's random generator."""
+    def fork(self, c: int, slots, source: "EngineState | None" = None) -> None:
+        """Copy cluster ``c`` of ``source`` (default: this state) into each of ``slots`` of this
+        state (each at least as large, see :meth:`forked`), replacing what ran there; each copy
+        gets its own copy of the cluster's random generator. A planner reuses one state of
+        copies this way, decision after decision."""
+        source = self if source is None else source
         for j in slots:
-            if j == c:
+            if source is self and j == c:
                 raise ValueError(f"cannot fork cluster slot {c} into itself")
-            self._copy_slot(self, c, j)
-            self.rngs[j] = copy.deepcopy(self.rngs[c])
+            self._copy_slot(source, c, j)
+            self.rngs[j] = copy.deepcopy(source.rngs[c])
 
     def has_room(self, c: int, x: ClusterInputs) -> bool:
         """Whether cluster inputs ``x`` fit slot ``c`` (see :meth:`load`)."""
