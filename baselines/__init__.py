@@ -5,4 +5,4 @@ Families: :mod:`.admission`, :mod:`.flow_control` (usage limits), :mod:`.routing
 Build one with :func:`llmsched_gym.gateway.policy.make_policy`, e.g. ``make_policy("lmetric")``.
 """
 
-from . import admission, autoscaling, flow_control, pd, routing  # noqa: F401  (registration side effects)
+from . import admission, autoscaling, flow_control, lookahead, pd, routing  # noqa: F401  (registration side effects)

@@ -497,6 +497,20 @@ class Simulator:
             copies.append(sim)
         return SimulatorBatch.of(state, copies)
 
+    def take_over_routing(self) -> RoutingPolicy:
+        """From now on, route every request from outside (:meth:`route`), as
+        ``router="external"`` does, while the state keeps what the configured compiled router
+        needs (its prefix index, its detector's classes), so that forked copies can hand their
+        routing back to it (``EngineState.set_policy``): a lookahead planner's rollouts.
+        Returns the configured router, which still hears every dispatch and finish, so it
+        can be asked what it would choose."""
+        if self.external_router or self.router is None:
+            raise ConfigError("take_over_routing needs a simulator built with a router, not router='external'")
+        self.external_router, self._python_router = True, False
+        self.state.set_policy(self.c, "router", ROUTER_PY)
+        self.router = self.router  # it hears dispatches and finishes from now on (see the setter)
+        return self.router
+
     def route(self, instance: int) -> None:
         """Answer the pending external routing decision with ``instance``."""
         if self.pending_route is None:
