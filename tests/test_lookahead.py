@@ -54,7 +54,28 @@ def test_runs_through_the_harness():
     ("lookahead:candidates=some", "candidates"),
     ("lookahead:horizon_s=0", "horizon_s"),
     ("lookahead:base=lookahead", "base=.lookahead. is invalid"),
+    ("lookahead:decision=admission", "decision"),
+    ("lookahead:grid=2", "grid"),
+    ("lookahead:base_flow=static-usage-limit", "base_flow"),
 ])
 def test_bad_parameters(spec, match):
     with pytest.raises(ConfigError, match=match):
         make_policy(spec, "gateway")
+
+
+def test_flow_base_setting_is_the_base_policy():
+    sc = _scenario(horizon_s=20.0, paper_qps=16)
+    base = sc.simulator(2, flow_control="soft-reflective-ceiling").run()
+    planner = make_policy("lookahead:decision=flow,candidates=base,interval_s=0.5", "gateway")
+    planned = planner.run(sc, 2)
+    assert planner.decisions >= 39
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(planned.table, f), getattr(base.table, f), err_msg=f)
+
+
+def test_flow_oracle_is_no_worse_than_its_base():
+    sc = _scenario(horizon_s=30.0, paper_qps=16)
+    setup = make_setup("flow_control", scenario=sc)
+    base = sc.simulator(0, flow_control="soft-reflective-ceiling").run()
+    oracle = make_policy("lookahead:decision=flow,horizon_s=3", "gateway").run(sc, 0)
+    assert episode_cost(oracle, setup) <= episode_cost(base, setup)
