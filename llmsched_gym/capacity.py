@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .engine.api import request_records
 from .errors import ConfigError
 
 #: The window covers at least this many p99 isolated service times.
@@ -295,8 +296,6 @@ def _check(scenario, qps: float, seed: int, window: float) -> tuple[SteadyState,
     for x in bursts:  # a burst raises the number in service by Little's law; its queue is what waits
         x["stable"] = bool(x["waiting_growth"] <= x["waiting_limit"])
     stable = main["stable"] and all(x["stable"] for x in bursts)
-    from .evaluation.metrics import request_records
-
     judged = tab.arrival > half
     for x in bursts:
         judged |= (tab.arrival > x["start_s"]) & (tab.arrival <= x["end_s"])

@@ -16,7 +16,17 @@ new one.
 from . import layout as _layout
 from .config import EngineConfig
 from .policies import CompiledForm, PolicyCodes, compiled_form, lower_policies
-from .requests import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, REJECTED, RequestTable
+from .requests import (
+    DROPPED,
+    EVICTED,
+    EXPIRED,
+    FINISHED,
+    IN_FLIGHT,
+    OUTCOME_NAMES,
+    REJECTED,
+    RequestTable,
+    request_records,
+)
 from .state import ClusterInputs, EngineState
 
 #: Kernel codes of the compiled policies and of a cluster's status (see docs/architecture.md).
@@ -26,4 +36,4 @@ STATUS_NAMES = _layout.STATUS_NAMES
 
 __all__ = ["ClusterInputs", "CompiledForm", "EngineConfig", "EngineState", "PolicyCodes", "RequestTable", "compiled_form",
            "lower_policies", "OUTCOME_NAMES", "STATUS_NAMES", "IN_FLIGHT", "FINISHED", "REJECTED", "EXPIRED",
-           "DROPPED", "EVICTED"]
+           "DROPPED", "EVICTED", "request_records"]

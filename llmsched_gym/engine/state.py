@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba.typed import List
 
-from ..gateway.saturation import SaturationConfig
 from . import kernel
 from .config import EVICTION_ORDERS, PREEMPTION_MODES
 from .fields import ENTITIES, POLICY_ROWS, RECORDS, SELF, SPACES, ClusterSlot, Rows, constants, pointer_rows
@@ -183,7 +182,7 @@ class ClusterInputs:
     expected_output: float
     rng: np.random.Generator
     router_block_keys: tuple | None = None  # (block_tokens, max_blocks) of a compiled llm-d router
-    saturation: object = None  # llmsched_gym.gateway.saturation.SaturationConfig (None: the default)
+    saturation: object = None  # llmsched_gym.gateway.saturation.SaturationConfig (the simulator always sets it)
     prefix_classes: tuple | None = None  # (prefix_blocks, block_tokens) of a compiled LMetric detector
     cpu_blocks: int = 0  # CPU KV tier per instance, in blocks (0: none)
     cpu_load_us_per_token: float = 0.0  # time to load one token's KV from it
@@ -467,7 +466,7 @@ class EngineState:
         cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
         cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
         cf[CF_EXP_OUT, c] = x.expected_output
-        sat = x.saturation or SaturationConfig()
+        sat = x.saturation
         ci[CI_SAT_KIND, c] = (SAT_UTILIZATION if sat.kind == "utilization" else
                               {"requests": SAT_REQUESTS, "tokens": SAT_TOKENS, "hybrid": SAT_HYBRID}[sat.concurrency_mode])
         cf[CF_SAT_QUEUE, c], cf[CF_SAT_KV, c] = float(sat.queue_depth_threshold), float(sat.kv_cache_util_threshold)

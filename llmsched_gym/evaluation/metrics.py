@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..engine.api import EVICTED, EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
+from ..engine.api import FINISHED, OUTCOME_NAMES, RequestTable, request_records
 from ..workloads.workload import class_name
 
 PERCENTILES = (50, 90, 99)
@@ -58,35 +58,6 @@ def _stats(prefix: str, x: np.ndarray) -> dict[str, float]:
         return {f"{prefix}_mean": float("nan"), **{f"{prefix}_p{q}": float("nan") for q in PERCENTILES}}
     ps = percentiles(x)
     return {f"{prefix}_mean": float(x.mean()), **{f"{prefix}_p{q}": float(v) for q, v in zip(PERCENTILES, ps)}}
-
-
-def request_records(table: RequestTable, now: float | None = None) -> dict[str, np.ndarray]:
-    """Per-request columns: times in seconds, NaN where an event did not happen.
-
-    ``ttft_or_wait`` is the TTFT, or for a request that never got a first token the
-    time it waited for one: until it expired or was evicted, or until ``now`` (the simulation's
-    clock, if given) for a request that arrived and is still waiting. ``censored``
-    marks those lower bounds.
-    """
-    ttft = table.first_token_t - table.arrival
-    no_first = np.isnan(table.first_token_t)
-    gave_up = no_first & ((table.outcome == EXPIRED) | (table.outcome == EVICTED))
-    wait = np.where(gave_up, table.end_t - table.arrival, np.nan)
-    if now is not None:
-        waiting = no_first & (table.outcome == IN_FLIGHT) & (table.arrival <= now)
-        wait = np.where(waiting, now - table.arrival, wait)
-    censored = ~np.isnan(wait)
-    tpot = np.where(table.output > 1,
-                    (table.finish_t - table.first_token_t) / np.maximum(table.output - 1, 1), np.nan)
-    return {
-        "arrival": table.arrival, "dispatch": table.dispatch_t, "first_token": table.first_token_t,
-        "finish": table.finish_t, "priority": table.priority, "instance": table.instance,
-        "input_tokens": table.input, "output_tokens": table.output, "prefix_hit_tokens": table.prefix_hit,
-        "cpu_hit_tokens": table.cpu_hit,
-        "preemptions": table.preemptions, "outcome": table.outcome,
-        "ttft": ttft, "tpot": tpot, "e2e": table.finish_t - table.arrival,
-        "ttft_or_wait": np.where(censored, wait, ttft), "censored": censored,
-    }
 
 
 def summarize_class(table: RequestTable, mask: np.ndarray, duration: float,

@@ -28,12 +28,13 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from ..errors import ConfigError
+from .saturation import SaturationConfig
 
 API_VERSIONS = ("llm-d.ai/v1alpha1", "llm-d.ai/v1", "inference.networking.x-k8s.io/v1alpha1")
 KIND = "EndpointPickerConfig"
@@ -141,21 +142,8 @@ class EPPConfig:
 
 
 def _saturation_field(sat: dict, source: str):
-    """(GatewayConfig field, value) for a non-default detector, if the simulator has one."""
-    from ..simulator import GatewayConfig
-
-    names = {f.name for f in fields(GatewayConfig)}
-    for key in ("saturation", "saturation_detector"):
-        if key in names:
-            try:
-                from .saturation import SaturationConfig
-
-                return key, SaturationConfig.from_dict(dict(sat), f"{source}: saturation detector")
-            except ImportError:  # pragma: no cover - older trees
-                return key, dict(sat)
-    desc = ", ".join(f"{k}={v}" for k, v in sat.items())
-    raise ConfigError(f"{source}: saturation detector ({desc}) is not simulated; the simulator's detector is "
-                      "llm-d's default utilization-detector (queueDepthThreshold 5, kvCacheUtilThreshold 0.8)")
+    """(GatewayConfig field, value) of a non-default saturation detector."""
+    return "saturation", SaturationConfig.from_dict(dict(sat), f"{source}: saturation detector")
 
 
 # ====================================================================== reading
