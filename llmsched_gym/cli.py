@@ -134,6 +134,9 @@ def scenario_from_args(args) -> "object":
         if args.time_scale is not None and args.time_scale != 1.0:
             if sc.qps is not None or sc.load is not None:
                 raise ConfigError("give either --time-scale or a rate (--qps/--load), not both")
+            if not np.isfinite(sc.base_rate()):
+                raise ConfigError(f"--time-scale={args.time_scale:g} does not apply to --trace {args.trace}: its "
+                                  "requests all arrive at one time (a zero time span), there is no interval to scale")
             sc.qps = sc.base_rate() / args.time_scale
         return sc
     return make_scenario(args.scenario or "codegen", **overrides)
@@ -158,6 +161,7 @@ def cmd_run(args) -> int:
     pol = policy_overrides(args)
     _validate_policies(pol)
     qps = sc.target_qps()
+    qps = qps if np.isfinite(qps) else None  # a zero-span trace replayed at its own timestamps: no rate
     results = []
     for seed in range(args.seed, args.seed + args.seeds):
         sim = sc.simulator(seed, **pol)
@@ -197,7 +201,8 @@ def _print_summary(s: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    title = (f"{s['scenario']} @ {s['qps']:.3g} req/s, seed {s['seed']}: router={s['router']}, "
+    rate = f"{s['qps']:.3g} req/s" if s["qps"] is not None else "its own timestamps"
+    title = (f"{s['scenario']} @ {rate}, seed {s['seed']}: router={s['router']}, "
              f"flow-control={s['flow_control']}, admission={s['admission']}")
     t = Table(title=title)
     classes = s["classes"]
@@ -261,13 +266,26 @@ def _describe(sc, seed: int) -> int:
     return 0
 
 
+def _param_text(name: str, tp, default) -> str:
+    """``lam=0.6 in [0, 1]``: a policy parameter's default and declared range."""
+    from .validation import split_range
+
+    value = f"{default:.4g}" if isinstance(default, float) else str(default)
+    rng = split_range(tp)[1]
+    return f"{name}={value}" + (f" {rng}" if rng else "")
+
+
 def cmd_policies(args) -> int:
-    from .gateway.policy import list_policies, policy_parameters
+    import inspect
+
+    from .gateway.policy import list_policies
+    from .validation import signature_params
 
     for role in ("routing", "usage-limit", "admission", "scaling", "pd"):
         print(f"{role}:")
         for name, factory in list_policies(role).items():
-            params = ", ".join(f"{k}={v}" for k, v in policy_parameters(factory).items())
+            params = ", ".join(_param_text(k, tp, v) for k, tp, v in signature_params(factory)
+                               if v is not inspect.Parameter.empty)
             print(f"  {name:26s} {getattr(factory, 'description', '')}" + (f"  [{params}]" if params else ""))
     return 0
 

@@ -81,7 +81,19 @@ from .gateway.eviction import EvictionConfig
 from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, check_policy_ref, make_policy
 from .gateway.saturation import SaturationConfig
 from .gateway.view import RequestInfo, RouterView
-from .validation import POSITIVE_INT, check_fields, check_keys, invalid
+from .validation import (
+    CPU_KV_GB,
+    INSTANCES,
+    LIMIT_WHY,
+    LINK_GBPS,
+    MAX_INSTANCES,
+    MAX_KV_BLOCKS,
+    REQUESTS,
+    SECONDS,
+    check_fields,
+    check_keys,
+    invalid,
+)
 from .workloads.workload import Workload
 
 EXTERNAL = "external"  # router placeholder: routing decisions are taken via Simulator.route()
@@ -90,13 +102,17 @@ UNLIMITED_BLOCKS = 2**40
 # ====================================================================== field rules
 #: Ranges of the configs' numeric fields (:func:`~llmsched_gym.validation.check_number`
 #: keywords); the other fields are checked against their annotations.
-CLUSTER_RULES = {"instances": POSITIVE_INT, "tp": POSITIVE_INT, "gpu_memory_utilization": {"gt": 0, "le": 1},
-                 "scrape_interval_s": {"ge": 0}, "cpu_kv_gb": {"ge": 0}, "cpu_link_gbps": {"gt": 0, "none_ok": True},
-                 "cold_start_s": {"ge": 0, "none_ok": True}, "prefill_instances": {"integer": True, "ge": 0},
-                 "kv_link_gbps": {"gt": 0, "none_ok": True}, "kv_link_latency_s": {"ge": 0, "none_ok": True}}
-ENGINE_RULES = {"max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT, "block_size": POSITIVE_INT,
-                "max_model_len": {"integer": True, "ge": 1, "none_ok": True}}
-GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": POSITIVE_INT, "dispatch_interval_s": {"gt": 0}}
+CLUSTER_RULES = {"instances": INSTANCES, "tp": {"integer": True, "ge": 1, "le": 64},
+                 "gpu_memory_utilization": {"gt": 0, "le": 1}, "scrape_interval_s": {"ge": 0, "le": 3600},
+                 "cpu_kv_gb": CPU_KV_GB, "cpu_link_gbps": LINK_GBPS,
+                 "cold_start_s": {"ge": 0, "le": 3600, "none_ok": True},
+                 "prefill_instances": {"integer": True, "ge": 0, "le": MAX_INSTANCES - 1},
+                 "kv_link_gbps": LINK_GBPS, "kv_link_latency_s": {"ge": 0, "le": 60, "none_ok": True}}
+ENGINE_RULES = {"max_num_seqs": {"integer": True, "ge": 1, "le": 4096},
+                "max_num_batched_tokens": {"integer": True, "ge": 1, "le": 2**20},
+                "block_size": {"integer": True, "ge": 1, "le": 4096},
+                "max_model_len": {"integer": True, "ge": 1, "le": 2**24, "none_ok": True}}
+GATEWAY_RULES = {"ttl_s": SECONDS, "band_capacity": REQUESTS, "dispatch_interval_s": {"gt": 0, "le": 3600}}
 
 
 def check_kv_blocks(field: str, value) -> None:
@@ -105,6 +121,8 @@ def check_kv_blocks(field: str, value) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise invalid(field, value, "use an integer > 0, 'unlimited' or none (derived from GPU memory)")
+    if value > MAX_KV_BLOCKS:
+        raise invalid(field, value, f"use an integer in [1, {MAX_KV_BLOCKS}], 'unlimited' or none; {LIMIT_WHY}")
 
 
 def _check_engine(engine, prefix: str) -> None:

@@ -35,6 +35,8 @@ import types
 import typing
 from pathlib import Path
 
+from annotated_types import Interval
+
 from .errors import ConfigError, MissingExtraError, OutputError
 
 #: How to install the reinforcement-learning extra (torch, stable-baselines3, sb3-contrib).
@@ -49,8 +51,48 @@ def invalid(field: str, value, want: str) -> ConfigError:
     return ConfigError(f"{field}={value!r} is invalid; {want}")
 
 
+# ====================================================================== limits
+# Upper bounds of sizes, rates and counts, each well beyond any real serving cluster: a
+# slip (1e9 for 1e3, an extra zero) is an error before anything is allocated or
+# simulated, not an allocation of terabytes or a run that never ends.
+MAX_INSTANCES = 1024  # instances (GPU groups) behind one gateway
+MAX_QPS = 100_000.0  # requests/s into one cluster
+MAX_LOAD = 10.0  # times the cluster's capacity
+MAX_SECONDS = 30 * 86400.0  # simulated seconds: a month
+MAX_REQUESTS = 10_000_000  # requests in one simulation
+MAX_SEEDS = 1000  # seeds of one run or study
+MAX_SEED = 2**31 - 1
+MAX_WORKERS = 1024  # worker processes or Ray CPUs
+MAX_KV_BLOCKS = 2**32  # KV blocks per instance (billions of tokens)
+MAX_CPU_KV_GB = 100_000.0  # a CPU KV tier: 100 TB
+MAX_LINK_GBPS = 10_000.0  # a host or KV link, GB/s
+MAX_TIME_SCALE = 1e6  # a trace's inter-arrival times stretched or squeezed by at most this
+#: What an upper-bound error adds, so the user sees why the limit is there.
+LIMIT_WHY = "larger is beyond what any real cluster or study needs"
+
+
+# Declared ranges of policy parameters: a constructor annotates each parameter once
+# (``lam: Fraction = 0.6``), and that one declaration is what ``make_policy`` (and so
+# the EPP import and export) validates and what ``llmsched-gym policies`` lists.
+def ranged(tp, *, gt=None, ge=None, lt=None, le=None):
+    """``tp`` restricted to a range, e.g. ``ranged(int, ge=0, le=64)``."""
+    return typing.Annotated[tp, Interval(gt=gt, ge=ge, lt=lt, le=le)]
+
+
+Fraction = ranged(float, ge=0, le=1)
+Weight = ranged(float, ge=0, le=1e6)  # a score weight or factor
+PositiveWeight = ranged(float, gt=0, le=1e6)
+Seconds = ranged(float, gt=0, le=MAX_SECONDS)
+NonNegativeSeconds = ranged(float, ge=0, le=MAX_SECONDS)
+Tokens = ranged(int, ge=1, le=2**24)  # a token or block count
+NonNegativeTokens = ranged(int, ge=0, le=2**24)
+Count = ranged(int, ge=1, le=MAX_REQUESTS)
+
+
 # ====================================================================== numbers and names
 def _fmt(x) -> str:
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))  # 2592000, not 2.592e+06
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
@@ -85,15 +127,20 @@ def check_number(field: str, value, *, gt=None, ge=None, lt=None, le=None, integ
         v = float(value)
         if math.isnan(v) or (finite and not math.isfinite(v)):
             raise invalid(field, value, want)
-    if ((gt is not None and not v > gt) or (ge is not None and not v >= ge)
-            or (lt is not None and not v < lt) or (le is not None and not v <= le)):
+    if (gt is not None and not v > gt) or (ge is not None and not v >= ge):
         raise invalid(field, value, want)
+    if (lt is not None and not v < lt) or (le is not None and not v <= le):
+        raise invalid(field, value, f"{want}; {LIMIT_WHY}")
     return v
 
 
+#: The rule of a seed (``check_number(field, v, **SEED)``).
+SEED = {"integer": True, "ge": 0, "le": MAX_SEED}
+
+
 def check_seed(field: str, value) -> int:
-    """A seed: an integer >= 0."""
-    return check_number(field, value, integer=True, ge=0)
+    """A seed: an integer in [0, MAX_SEED]."""
+    return check_number(field, value, **SEED)
 
 
 def check_name(field: str, value, *, none_ok: bool = False, what: str = "a name") -> str | None:
@@ -132,8 +179,21 @@ _NAMES = {bool: "true or false", int: "an integer", float: "a finite number", st
           list: "a list", tuple: "a list", _NONE: "none"}
 
 
+def split_range(tp) -> tuple[object, str]:
+    """(base annotation, range text) of ``Annotated[base, Interval(...)]``; else (tp, "")."""
+    if typing.get_origin(tp) is not typing.Annotated:
+        return tp, ""
+    base, *meta = typing.get_args(tp)
+    rng = [_range_text(m.gt, m.ge, m.lt, m.le) for m in meta if isinstance(m, Interval)]
+    return base, " ".join(filter(None, rng))
+
+
 def describe_type(tp) -> str:
     """What a value of annotation ``tp`` looks like, in words (for error messages)."""
+    base, rng = split_range(tp)
+    if rng:
+        return f"{describe_type(base)} {rng}"
+    tp = base
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -150,6 +210,9 @@ def type_name(tp) -> str:
     """Short annotation text: ``float``, ``int | None``."""
     if tp is None or tp is inspect.Parameter.empty:
         return ""
+    base, rng = split_range(tp)
+    if rng:
+        return f"{type_name(base)} {rng}"
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return " | ".join(type_name(a) for a in typing.get_args(tp))
@@ -210,7 +273,7 @@ def check_typed(field: str, value, tp):
 def _hints(obj) -> dict:
     target = obj.__init__ if inspect.isclass(obj) else obj
     try:
-        return typing.get_type_hints(target)
+        return typing.get_type_hints(target, include_extras=True)  # keeps declared ranges (Annotated)
     except Exception:
         return {}
 
@@ -304,6 +367,16 @@ def check_call_kwargs(owner: str, func, kwargs: dict, *, what: str = "parameter"
 # ====================================================================== rule tables
 #: The rule of a count that must be at least one (``check_number(field, v, **POSITIVE_INT)``).
 POSITIVE_INT = {"integer": True, "ge": 1}
+#: Rules of the quantities every entry point shares (flags, scenario keywords, YAML).
+INSTANCES = {"integer": True, "ge": 1, "le": MAX_INSTANCES}
+QPS = {"gt": 0, "le": MAX_QPS}
+LOAD = {"gt": 0, "le": MAX_LOAD}
+SECONDS = {"gt": 0, "le": MAX_SECONDS}
+REQUESTS = {"integer": True, "ge": 1, "le": MAX_REQUESTS}
+SEEDS = {"integer": True, "ge": 1, "le": MAX_SEEDS}
+WORKERS = {"integer": True, "ge": 1, "le": MAX_WORKERS}
+CPU_KV_GB = {"ge": 0, "le": MAX_CPU_KV_GB}
+LINK_GBPS = {"gt": 0, "le": MAX_LINK_GBPS, "none_ok": True}
 
 
 def check_fields(prefix: str, cls, values: dict, rules: dict, skip=()) -> None:

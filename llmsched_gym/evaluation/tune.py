@@ -77,7 +77,7 @@ import numpy as np
 
 from ..errors import ConfigError, MissingExtraError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, list_policies, parse_policy
-from ..validation import check_call_kwargs, check_keys, check_number, signature_params, type_name
+from ..validation import check_call_kwargs, check_keys, check_number, signature_params, split_range, type_name
 from .harness import METRIC_COLUMNS, _assemble, _execute, resolve_points, scenario_classes, with_defaults
 
 #: Metrics every trial records besides the objective's and constraints' (class ``all``).
@@ -204,14 +204,17 @@ def _param(where: str, role: str, policy: str, factory, name: str, low, high, lo
     if name not in sig:  # the registry's message, listing what the policy takes
         check_call_kwargs(f"{where}: policy {policy!r}", factory, {name: None}, label=policy)
         raise ConfigError(f"{where}: policy {policy!r} has no declared parameter {name!r}")
-    tp = sig[name]
+    tp = split_range(sig[name])[0]  # the declared range is checked below, through the constructor
     if tp not in (int, float):
         kind = type_name(tp) or "untyped"
-        tunable = [n for n, t in sig.items() if t in (int, float)]
+        tunable = [n for n, t in sig.items() if split_range(t)[0] in (int, float)]
         raise ConfigError(f"{where}: {policy}.{name} is a {kind} parameter; only int and float parameters can be "
                           f"searched ({policy} has: {', '.join(tunable) or 'none'})")
     for bname, b in (("low", low), ("high", high)):
         check_number(f"{where}: {policy}.{name} {bname} bound", b)
+    if integer and tp is float:  # 0..1:int would search {0, 1} only
+        raise ConfigError(f"{where}: {policy}.{name} is a float parameter; ':int' applies only to int parameters "
+                          "(drop it to search the whole range)")
     integer = integer or tp is int
     if integer:
         for bname, b in (("low", low), ("high", high)):

@@ -140,11 +140,19 @@ def cache_dir() -> Path:
     return Path(root) / "traces"
 
 
+#: The public traces' directory of the README's layout: ``../shared/traces`` beside the
+#: repository (this file is ``<repository>/llmsched_gym/workloads/trace_registry.py``).
+DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
+
+
+def trace_dir() -> Path:
+    """``LLMSCHED_TRACE_DIR`` if set, else :data:`DEFAULT_TRACE_DIR`."""
+    return Path(os.environ.get("LLMSCHED_TRACE_DIR") or DEFAULT_TRACE_DIR)
+
+
 def search_dirs() -> list[Path]:
-    """Trace directories searched by name, in order: ``LLMSCHED_TRACE_DIR`` (or
-    ``../shared/traces`` beside the repository), then the download cache."""
-    default = Path(__file__).resolve().parents[2] / "shared" / "traces"
-    return [Path(os.environ.get("LLMSCHED_TRACE_DIR", default)), cache_dir()]
+    """Trace directories searched by name, in order: :func:`trace_dir`, then the download cache."""
+    return [trace_dir(), cache_dir()]
 
 
 def locate(path_or_name: str) -> Path | None:
@@ -357,4 +365,4 @@ def cmd_traces_download(args) -> int:
 
 
 __all__ = ["TRACES", "TraceEntry", "TraceChecksumError", "DownloadResult", "list_traces", "get_trace",
-           "cache_dir", "search_dirs", "locate", "sha256_file", "download"]
+           "DEFAULT_TRACE_DIR", "trace_dir", "cache_dir", "search_dirs", "locate", "sha256_file", "download"]
