@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import tables
 from .errors import ConfigError, PolicyError
 from .flags import FLAG_RULES, check_flags, policy_overrides
 
@@ -167,17 +168,25 @@ def cmd_run(args) -> int:
         sim = sc.simulator(seed, **pol)
         sim.run()
         s = summarize(sim)
-        s.update({"scenario": sc.name, "seed": seed, "qps": qps,
+        s.update({"scenario": sc.name, "seed": seed, "qps": qps, "rate": sc.rate_setting(),
                   "router": sim.router.name, "admission": sim.admission.name,
                   "flow_control": sim.flow.name if sim.flow else None})
         if sim.pd is not None:  # a cluster with a prefill pool, or pd-aggregated
             s["pd"] = sim.pd.name
+        # what ran, parameters included (a spec given, an --epp-config's weights, the scenario's)
+        s["policy_specs"] = {k: _spec(pol.get(k, getattr(sc.gateway, k)), s.get(k))
+                             for k in ("router", "flow_control", "admission", "pd") if k in s}
         results.append(s)
         _print_summary(s)
     if args.json is not None:
         write_results(args.json, json.dumps(results, indent=2, default=float), "--json")
         print(f"wrote {args.json}")
     return 0
+
+
+def _spec(given, name):
+    """A policy as given (a spec string with its parameters), else its name."""
+    return given if isinstance(given, str) else name
 
 
 def write_results(path, text: str, flag: str) -> None:
@@ -198,12 +207,14 @@ def _fmt(v, scale=1.0, digits=3):
 
 
 def _print_summary(s: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     rate = f"{s['qps']:.3g} req/s" if s["qps"] is not None else "its own timestamps"
-    title = (f"{s['scenario']} @ {rate}, seed {s['seed']}: router={s['router']}, "
-             f"flow-control={s['flow_control']}, admission={s['admission']}")
+    if s.get("rate") and not s["rate"].startswith("qps="):  # --paper-qps 16: say so, and what it means
+        rate = f"{s['rate'].replace('_', '-')} ({rate})"
+    specs = s.get("policy_specs") or {k: s.get(k) for k in ("router", "flow_control", "admission", "pd") if k in s}
+    title = f"{s['scenario']} @ {rate}, seed {s['seed']}: " + ", ".join(
+        f"{k.replace('_', '-')}={v}" for k, v in specs.items())
     t = Table(title=title)
     classes = s["classes"]
     evicting = any(c.get("evicted", 0) for c in classes.values())  # a column only where the gateway evicts
@@ -218,8 +229,8 @@ def _print_summary(s: dict) -> None:
                   _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
                   _fmt(c["ttft_p99"]), _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["tpot_p99"], 1e3, 1) + "ms",
                   _fmt(c["e2e_p99"]), _fmt(c["throughput_rps"], 1, 2), _fmt(c["output_tokens_per_s"], 1, 0))
-    console = Console(width=max(Console().width, 160))  # keep all columns when piped
-    console.print(t)
+    console = tables.console()
+    tables.print_table(t, console)
     console.print(f"times in seconds; prefix-hit token ratio {s['prefix_hit_token_ratio']:.3f}; "
                   f"preemptions {s['preemptions']}; simulated {s['sim_seconds']:.1f} s in {s['wall_seconds']:.2f} s wall")
 

@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .. import tables
 from ..errors import ConfigError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, parse_policy
 from .backends import make_backend
@@ -59,11 +60,15 @@ DEFAULT_SCALE_INTERVAL_S = 15.0  # Kubernetes HPA's default sync period
 
 
 # ====================================================================== policies
-def parse_policies(text: "str | Sequence") -> list[PolicySpec]:
-    """A ``;``-separated list (or a sequence) of policy combinations."""
-    items = [p for p in text.split(";") if p.strip()] if isinstance(text, str) else list(text)
-    if not items:
-        raise ConfigError("no policy given")
+def parse_policies(text: "str | Sequence", field: str = "policies") -> list[PolicySpec]:
+    """A ``;``-separated list (or a sequence) of policy combinations; ``field`` names
+    the flag or keyword in errors."""
+    items = text.split(";") if isinstance(text, str) else list(text)
+    if not items or all(isinstance(p, str) and not p.strip() for p in items):
+        raise ConfigError(f"{field}={text!r} is invalid; it names no policy (give ';'-separated policy "
+                          "combinations, see `llmsched-gym policies`)")
+    if any(isinstance(p, str) and not p.strip() for p in items):
+        raise ConfigError(f"{field}={text!r} is invalid; it has an empty entry between ';'")
     specs = [parse_policy(p) for p in items]
     labels = [s.label for s in specs]
     dup = {x for x in labels if labels.count(x) > 1}
@@ -545,18 +550,17 @@ def _pct(v) -> str:
 
 def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) -> None:
     """Rich table: per point, class and policy: median [95% CI] and change vs the baseline."""
-    from rich.console import Console
     from rich.table import Table
 
     from .stats import lookup
 
-    console = console or Console(width=max(Console().width, 190))
+    console = console or tables.console()
     name = table.rows[0]["scenario"] if table.rows else str(st.scenario)
     n = len(table.meta.get("seeds", []))
     t = Table(title=f"{name}" + (f": {st.title}" if st.title else "") + f" - median over {n} seeds ± 95% CI half-width"
                     + (f", (change vs {st.baseline})" if st.baseline else ""), show_lines=False)
-    for col in ("point", "class", "policy"):  # never truncated: they name the row
-        t.add_column(col, min_width=max([len(str(v)) for v in table.unique(col)] + [len(col)]))
+    for col in ("point", "class", "policy"):
+        t.add_column(col)
     for _, label, scale in KEY_METRICS:
         unit = " (ms)" if scale == 1e3 else (" (s)" if label.startswith(("TTFT", "E2E")) else "")
         t.add_column(label + unit, justify="right")
@@ -592,16 +596,15 @@ def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) 
                 t.add_row(point, cls, pol, *cells)
             t.add_section()
     t.caption = COLUMN_NOTES
-    console.print(t)
+    tables.print_table(t, console, keys=3)
 
 
 def print_fleet(table: ResultTable, console=None) -> None:
     """For autoscaled cells: median GPU-seconds, cold starts and SLO attainment (all
     arrivals) per point and policy."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=max(Console().width, 190))
+    console = console or tables.console()
     rows = [r for r in table.rows if r["class"] == "all" and r.get("gpu_seconds") is not None]
     if not rows:
         return
@@ -617,7 +620,7 @@ def print_fleet(table: ResultTable, console=None) -> None:
                                                                             "cold_starts")}
                 t.add_row(point, pol, cells[0]["scaler"], f"{med['slo_attainment']:.4f}", f"{med['gpu_seconds']:,.0f}",
                           f"{med['cold_starts']:g}")
-    console.print(t)
+    tables.print_table(t, console, keys=2)
 
 
 def make_figures(st: Study, table: ResultTable, stats: list[dict], out: Path, prefix: str | None = None) -> list[Path]:
@@ -716,7 +719,6 @@ def _default_policies(scenario) -> str:
 
 
 def cmd_compare(args) -> int:
-    from rich.console import Console
 
     from ..flags import backend_from_args, check_flags, policy_overrides, window_overrides
     from ..validation import check_name, check_output_dir
@@ -750,7 +752,7 @@ def cmd_compare(args) -> int:
         scenario = args.scenario or "codegen"
         sc = make_scenario(scenario)  # clear error for unknown names
         policies = args.policies if args.policies is not None else _default_policies(scenario)
-        specs = parse_policies(policies)
+        specs = parse_policies(policies, "--policies")
         classes = tuple(c.strip() for c in args.classes.split(",")) if args.classes else ("critical", "sheddable", "all")
         if args.classes:
             known = scenario_classes(sc)
@@ -760,7 +762,7 @@ def cmd_compare(args) -> int:
                                   f"{', '.join(known)} ({', '.join(map(repr, bad))} not among them)")
         studies = [Study(scenario, specs, args.baseline or specs[0].label, rates, overrides, classes, "")]
     seeds = list(range(args.seed, args.seed + args.seeds))
-    console = Console(width=max(Console().width, 190))
+    console = tables.console()
     start = time.perf_counter()
     try:
         results = run_studies(studies, seeds, progress=True, common=common, backend=backend)
@@ -792,12 +794,23 @@ def cmd_compare(args) -> int:
 
 
 def _parse_rates(kind: str, text: str) -> list[float]:
+    from ..flags import FLAG_RULES
+    from ..validation import check_number
+
+    flag = f"--{kind.replace('_', '-')}"
     try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
+        vals = [float(x) for x in text.split(",")]
     except ValueError:
-        raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; give comma-separated numbers") from None
-    if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
-        raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; every value must be a finite number > 0")
+        raise ConfigError(f"{flag}={text!r} is invalid; give comma-separated numbers") from None
+    for v in vals:
+        try:
+            check_number(flag, v, **FLAG_RULES[flag])
+        except ConfigError as e:  # the whole list, and what every value must be
+            raise ConfigError(f"{flag}={text!r} is invalid; {str(e).split('; ', 1)[1].replace('it must', 'every value must', 1)}") from None
+    dup = sorted({v for v in vals if vals.count(v) > 1})
+    if dup:
+        raise ConfigError(f"{flag}={text!r} is invalid; {', '.join(f'{v:g}' for v in dup)} given twice "
+                          "(each point is simulated once)")
     return vals
 
 

@@ -75,6 +75,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import tables
 from ..errors import ConfigError, MissingExtraError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, list_policies, parse_policy
 from ..validation import check_call_kwargs, check_keys, check_number, signature_params, split_range, type_name
@@ -833,7 +834,6 @@ def add_cli(subparsers) -> None:
 
 
 def cmd_tune(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from ..flags import backend_from_args, check_flags, policy_overrides, window_overrides
@@ -855,7 +855,7 @@ def cmd_tune(args) -> int:
     cons = [parse_constraint(c) for c in args.constraint]
     backend = backend_from_args(args)
     overrides = window_overrides(args)
-    console = Console(width=max(Console().width, 190))
+    console = tables.console()
     try:
         res = tune(args.scenario, space, obj, constraints=cons, trials=args.trials,
                    seeds=list(range(args.seed, args.seed + args.seeds)), qps=args.qps, load=args.load,
@@ -875,7 +875,7 @@ def cmd_tune(args) -> int:
                     key=lambda r: (not r["feasible"], sign * r["objective"], r["trial"]))
     for r in ranked[:10]:
         t.add_row(*[_cell(r.get(c)) for c in cols], style="bold" if res.best and r["trial"] == res.best["trial"] else None)
-    console.print(t)
+    tables.print_table(t, console)
     for c in m["constraints"]:
         console.print(f"constraint {c['text']}: bound {_cell(c['bound'])}")
     extra = {"wall_seconds": round(res.wall_seconds, 2),

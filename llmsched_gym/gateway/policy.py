@@ -227,10 +227,13 @@ def _parse_params(name: str, params: str) -> dict:
         key, eq, value = item.partition("=")
         if not eq:
             raise ConfigError(f"policy {name!r}: parameter {item!r} must be key=value")
+        key = key.strip().replace("-", "_")
+        if key in out:
+            raise ConfigError(f"policy {name!r}: parameter {key!r} is given twice ({params!r}); give it once")
         try:
-            out[key.strip().replace("-", "_")] = float(value) if "." in value or "e" in value else int(value)
+            out[key] = float(value) if "." in value or "e" in value else int(value)
         except ValueError:
-            out[key.strip().replace("-", "_")] = {"true": True, "false": False}.get(value.lower(), value)
+            out[key] = {"true": True, "false": False}.get(value.lower(), value)
     return out
 
 
@@ -304,7 +307,7 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
     if isinstance(spec, dict):
         for k, v in spec.items():
             if k == "label":
-                label = str(v)
+                label = check_name(f"policy combination {spec!r}: label", v, what="a name")
                 continue
             role = _ROLE_ALIASES.get(str(k).lower())
             if role is None:
@@ -326,6 +329,9 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
             role = _ROLE_ALIASES.get(key.strip().lower()) if eq and ":" not in key else None
             if eq and key.strip().lower() == "label":
                 label = value.strip()
+                if not label or any(c in label for c in ";+"):
+                    raise ConfigError(f"policy combination {spec!r}: label={value!r} is invalid; give a name "
+                                      "(not empty, without ';' or '+')")
                 continue
             if role is None:
                 if eq and ":" not in key:

@@ -334,18 +334,19 @@ def _size(n: int | None) -> str:
 
 
 def cmd_traces_list(args) -> int:
-    from rich.console import Console
     from rich.table import Table
+
+    from .. import tables
 
     t = Table(title="public traces (llmsched-gym traces download NAME)")
     for col in ("name", "format", "size", "license", "source", "SHA-256", "here"):
-        t.add_column(col, no_wrap=col in ("name", "SHA-256"))
+        t.add_column(col)
     for e in list_traces():
         found = locate(e.name)
         t.add_row(e.name, e.format, _size(e.size), e.license, e.repository,
                   e.sha256[:12] + "..." if e.sha256 else "not pinned", str(found) if found else "-")
-    console = Console(width=max(Console().width, 180))
-    console.print(t)
+    console = tables.console()
+    tables.print_table(t, console)
     console.print("'not pinned': the published bytes could not be hashed when this list was made; "
                   "download needs --allow-unverified. Descriptions: docs/scenarios.md.")
     return 0
