@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from . import tables
-from .errors import ConfigError, PolicyError
-from .flags import FLAG_RULES, check_flags, policy_overrides
+from .errors import ConfigError, PolicyError, one_line
+from .flags import FLAG_RULES, add_force_arg, check_flags, policy_overrides
 
 EXIT_BAD_INPUT = 2
 
@@ -139,8 +139,12 @@ def scenario_from_args(args) -> "object":
                 raise ConfigError(f"--time-scale={args.time_scale:g} does not apply to --trace {args.trace}: its "
                                   "requests all arrive at one time (a zero time span), there is no interval to scale")
             sc.qps = sc.base_rate() / args.time_scale
-        return sc
-    return make_scenario(args.scenario or "codegen", **overrides)
+    else:
+        sc = make_scenario(args.scenario or "codegen", **overrides)
+    if args.kv_link is not None and not sc.cluster.prefill_instances:  # kv_link has a default: only the flag is a choice
+        raise ConfigError(f"--kv-link={args.kv_link} does not apply: the cluster has no prefill pool "
+                          "(P/D disaggregation needs --prefill-instances >= 1)")
+    return sc
 
 
 def _validate_policies(overrides: dict) -> None:
@@ -157,7 +161,7 @@ def cmd_run(args) -> int:
 
     check_flags(args, ["--seed", "--seeds"])
     if args.json is not None:
-        check_output_file("--json", args.json)  # before the run: a bad path must not cost the results
+        check_output_file("--json", args.json, force=args.force)  # before the run: a bad path must not cost the results
     sc = scenario_from_args(args)
     pol = policy_overrides(args)
     _validate_policies(pol)
@@ -318,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1")
     p.add_argument("--json", help="write the summaries as a JSON list (one object per seed) to this path")
+    add_force_arg(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("scenarios", help="list scenarios, or --describe NAME")
@@ -344,8 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConfigError, PolicyError) as e:
-        msg = " ".join(str(e).split())  # one line, whatever the message
-        print(f"llmsched-gym {args.command}: error: {msg}", file=sys.stderr)
+        print(f"llmsched-gym {args.command}: error: {one_line(str(e))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as e:  # a path the system refuses (too long, not a file): named, as any bad input
+        print(f"llmsched-gym {args.command}: error: {one_line(f'{e.filename}: {e.strerror or e}')}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

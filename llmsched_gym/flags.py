@@ -62,6 +62,11 @@ def policy_overrides(args) -> dict:
     return out
 
 
+def add_force_arg(p) -> None:
+    """``--force`` on parser ``p``: replace existing results (refused without it)."""
+    p.add_argument("--force", action="store_true", help="replace an existing output file or directory's results")
+
+
 def add_window_args(p) -> None:
     """``--duration`` and ``--horizon`` (a shorter run of the same scenario) on parser ``p``."""
     p.add_argument("--duration", type=float, help="arrival window in seconds (synthetic scenarios; shortens runs)")

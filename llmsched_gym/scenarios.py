@@ -49,6 +49,7 @@ from .validation import (
     check_name,
     check_number,
     check_seed,
+    checked_keywords,
     invalid,
 )
 from .workloads.synthetic import WorkloadSpec, generate
@@ -127,6 +128,7 @@ _CLUSTER_OPTION_DEFAULTS = {"cpu_kv_gb": 0.0, "cpu_link_gbps": None, "cpu_kv_eve
                             "kv_link": "rdma", "kv_link_gbps": None, "kv_link_latency_s": None}
 
 
+@checked_keywords
 @dataclass
 class Scenario:
     """One experiment setting.
@@ -214,6 +216,7 @@ class Scenario:
                               f"{QPS['le']:g} req/s any real cluster takes")
         return qps
 
+    @checked_keywords
     def build_workload(self, seed: int = 0) -> Workload:
         """The requests of this scenario for ``seed`` (same seed, same requests)."""
         check_seed("seed", seed)
@@ -245,6 +248,7 @@ class Scenario:
             parts.append(generate(s, seed=seed * 1000 + k))
         return parts[0] if len(parts) == 1 else merge_workloads(parts, name=self.name)
 
+    @checked_keywords
     def simulator(self, seed: int = 0, *, router=None, flow_control=..., admission=None,
                   workload: Workload | None = None, horizon_s=..., batch: bool = True, **gateway) -> Simulator:
         """A :class:`Simulator` of this scenario; policy arguments override the defaults.
@@ -552,6 +556,7 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
     return sc
 
 
+@checked_keywords
 def load_scenario(path: "str | os.PathLike") -> Scenario:
     """Read a scenario from a YAML file (schema: see docs/scenarios.md)."""
     p = Path(path)
@@ -575,6 +580,7 @@ def is_stable(scenario: Scenario, qps: float, seed: int = 0) -> tuple[bool, int]
     return check.stable, check.waiting_end
 
 
+@checked_keywords
 def measure_capacity(scenario: Scenario, *, rel_tol: float = 0.02, seed: int = 0, use_cache: bool = True) -> float:
     """Highest request rate (req/s) the cluster sustains in steady state (see
     :func:`is_stable` and docs/scenarios.md, "Rates and capacity").

@@ -92,6 +92,7 @@ from .validation import (
     SECONDS,
     check_fields,
     check_keys,
+    checked_keywords,
     invalid,
 )
 from .workloads.workload import Workload
@@ -148,12 +149,28 @@ def check_cluster(c, prefix: str = "cluster") -> None:
         raise invalid(f"{prefix}.prefill_instances", c.prefill_instances,
                       f"it must leave a decode instance: an integer in [0, {c.instances - 1}] for {c.instances} "
                       "instances (0: every instance aggregated)")
+    _check_applies(c, prefix)
     from .engine.hardware import get_kv_link
 
     try:
         get_kv_link(c.kv_link)
     except ConfigError as e:
         raise ConfigError(f"{prefix}.{e}") from None
+
+
+def _check_applies(c, prefix: str) -> None:
+    """Options of a CPU tier or of P/D pools set on a cluster without one are errors, not
+    silently ignored."""
+    if not c.cpu_kv_gb:
+        for name, default in (("cpu_kv_shared", False), ("cpu_link_gbps", None), ("cpu_kv_events", True)):
+            if getattr(c, name) != default:
+                raise invalid(f"{prefix}.{name}", getattr(c, name), "it applies only to a CPU KV tier, and the "
+                              "cluster has none (set cpu_kv_gb > 0, --cpu-kv-gb)")
+    if not c.prefill_instances:
+        for name in ("kv_link_gbps", "kv_link_latency_s"):
+            if getattr(c, name) is not None:
+                raise invalid(f"{prefix}.{name}", getattr(c, name), "it applies only to P/D disaggregation, and "
+                              "the cluster has no prefill pool (set prefill_instances >= 1, --prefill-instances)")
 
 
 def check_gateway(g, prefix: str = "gateway") -> None:
@@ -167,6 +184,7 @@ def check_gateway(g, prefix: str = "gateway") -> None:
 # ====================================================================== configs
 
 
+@checked_keywords
 @dataclass
 class ClusterConfig:
     """Hardware, model and engine of a homogeneous cluster.
@@ -279,6 +297,7 @@ class ClusterConfig:
                                   block_size=self.engine.block_size)
 
 
+@checked_keywords
 @dataclass
 class GatewayConfig:
     """Admission, flow control and routing in front of the instances (docs/architecture.md).
@@ -321,6 +340,7 @@ class GatewayConfig:
         check_gateway(self)  # policy references, types and ranges
 
 
+@checked_keywords
 class Simulator:
     """One cluster serving one workload, simulated by the compiled engine.
 
@@ -686,6 +706,7 @@ class Simulator:
                 self.router.on_finish(r, i)
 
 
+@checked_keywords
 class SimulatorBatch:
     """Several simulators advanced by one compiled call over shared arrays.
 
@@ -756,6 +777,7 @@ class SimulatorBatch:
         return [STATUS_NAMES[ci[CI_STATUS, c]] for c in clusters]
 
 
+@checked_keywords
 def simulate_batch(specs: list[dict]) -> list[Simulator]:
     """Run several simulations as one batched computation; returns the finished simulators.
 

@@ -106,11 +106,12 @@ def _range_text(gt, ge, lt, le) -> str:
 
 
 def check_number(field: str, value, *, gt=None, ge=None, lt=None, le=None, integer: bool = False,
-                 none_ok: bool = False, finite: bool = True):
+                 none_ok: bool = False, finite: bool = True, why: str | None = None):
     """``value`` as an int (``integer``) or float in the given range, else ConfigError.
 
     Rejects bools, strings and (unless ``finite=False``) NaN and infinities. ``none_ok``
-    lets None through (returned as None).
+    lets None through (returned as None). ``why`` follows an upper-bound error (why the
+    bound is there).
     """
     if value is None and none_ok:
         return None
@@ -130,12 +131,12 @@ def check_number(field: str, value, *, gt=None, ge=None, lt=None, le=None, integ
     if (gt is not None and not v > gt) or (ge is not None and not v >= ge):
         raise invalid(field, value, want)
     if (lt is not None and not v < lt) or (le is not None and not v <= le):
-        raise invalid(field, value, f"{want}; {LIMIT_WHY}")
+        raise invalid(field, value, f"{want}; {why}" if why else want)
     return v
 
 
 #: The rule of a seed (``check_number(field, v, **SEED)``).
-SEED = {"integer": True, "ge": 0, "le": MAX_SEED}
+SEED = {"integer": True, "ge": 0, "le": MAX_SEED, "why": LIMIT_WHY}
 
 
 def check_seed(field: str, value) -> int:
@@ -364,19 +365,45 @@ def check_call_kwargs(owner: str, func, kwargs: dict, *, what: str = "parameter"
     return out
 
 
+def checked_keywords(obj):
+    """Decorator for a public function or class: a call with an unknown, missing or
+    repeated argument is a ConfigError naming what it takes, like every other bad input,
+    not Python's TypeError."""
+    if inspect.isclass(obj):
+        obj.__init__ = _checked(obj.__init__, obj.__name__)
+        return obj
+    return _checked(obj, obj.__qualname__)
+
+
+def _checked(func, name: str):
+    sig = inspect.signature(func)
+    takes = ", ".join(p for p in sig.parameters if p != "self")
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:  # Python's message, without its qualified name
+            why = str(e).replace(f"{func.__qualname__}() ", "").replace(f"{func.__name__}() ", "")
+            raise ConfigError(f"{name}: {why}; it takes {takes}") from None
+        return func(*args, **kwargs)
+
+    return call
+
+
 # ====================================================================== rule tables
 #: The rule of a count that must be at least one (``check_number(field, v, **POSITIVE_INT)``).
 POSITIVE_INT = {"integer": True, "ge": 1}
 #: Rules of the quantities every entry point shares (flags, scenario keywords, YAML).
-INSTANCES = {"integer": True, "ge": 1, "le": MAX_INSTANCES}
-QPS = {"gt": 0, "le": MAX_QPS}
-LOAD = {"gt": 0, "le": MAX_LOAD}
-SECONDS = {"gt": 0, "le": MAX_SECONDS}
-REQUESTS = {"integer": True, "ge": 1, "le": MAX_REQUESTS}
-SEEDS = {"integer": True, "ge": 1, "le": MAX_SEEDS}
-WORKERS = {"integer": True, "ge": 1, "le": MAX_WORKERS}
-CPU_KV_GB = {"ge": 0, "le": MAX_CPU_KV_GB}
-LINK_GBPS = {"gt": 0, "le": MAX_LINK_GBPS, "none_ok": True}
+INSTANCES = {"integer": True, "ge": 1, "le": MAX_INSTANCES, "why": LIMIT_WHY}
+QPS = {"gt": 0, "le": MAX_QPS, "why": LIMIT_WHY}
+LOAD = {"gt": 0, "le": MAX_LOAD, "why": LIMIT_WHY}
+SECONDS = {"gt": 0, "le": MAX_SECONDS, "why": LIMIT_WHY}
+REQUESTS = {"integer": True, "ge": 1, "le": MAX_REQUESTS, "why": LIMIT_WHY}
+SEEDS = {"integer": True, "ge": 1, "le": MAX_SEEDS, "why": LIMIT_WHY}
+WORKERS = {"integer": True, "ge": 1, "le": MAX_WORKERS, "why": LIMIT_WHY}
+CPU_KV_GB = {"ge": 0, "le": MAX_CPU_KV_GB, "why": LIMIT_WHY}
+LINK_GBPS = {"gt": 0, "le": MAX_LINK_GBPS, "none_ok": True, "why": LIMIT_WHY}
 
 
 def check_fields(prefix: str, cls, values: dict, rules: dict, skip=()) -> None:
@@ -439,9 +466,29 @@ def _probe_writable(field: str, target, d: Path) -> None:
         raise OutputError(f"{field}={str(target)!r} is invalid; cannot write in {d} ({e.strerror or e})") from None
 
 
-def check_output_file(field: str, path) -> Path:
+def _path_checked(check):
+    """An OSError of the check itself (a name too long, a component not a directory) is
+    an OutputError naming the field."""
+
+    @functools.wraps(check)
+    def run(field: str, path, *args, **kwargs):
+        try:
+            return check(field, path, *args, **kwargs)
+        except OSError as e:
+            raise OutputError(f"{field}={str(path)!r} is invalid; {e.strerror or e}") from None
+
+    return run
+
+
+#: What an error about existing results says (the CLI's flag for replacing them).
+FORCE_HINT = "give --force to replace it, or another path"
+
+
+@_path_checked
+def check_output_file(field: str, path, *, force: bool = True) -> Path:
     """A file path results can be written to: not a directory, its directory creatable and
-    writable. Checked before a run; creates nothing."""
+    writable, and (``force=False``) not an existing file. Checked before a run; creates
+    nothing."""
     if path is None or not str(path).strip():
         raise invalid(field, "" if path is None else str(path), "give a file path, e.g. results.json")
     p = Path(path).expanduser()
@@ -451,17 +498,26 @@ def check_output_file(field: str, path) -> Path:
         raise OutputError(f"{field}={str(path)!r} is invalid; it exists and is not a regular file")
     if p.exists() and not os.access(p, os.W_OK):
         raise OutputError(f"{field}={str(path)!r} is invalid; the file is not writable")
+    if p.exists() and not force:
+        raise OutputError(f"{field}={str(path)!r}: the file exists; {FORCE_HINT}")
     _probe_writable(field, path, _nearest_existing(p.parent.resolve() if p.parent != Path("") else Path.cwd()))
     return p
 
 
-def check_output_dir(field: str, path) -> Path:
-    """A directory results can be written into (existing or creatable, writable)."""
+@_path_checked
+def check_output_dir(field: str, path, *, force: bool = True) -> Path:
+    """A directory results can be written into (existing or creatable, writable), and
+    (``force=False``) not one that already holds files."""
     if path is None or not str(path).strip():
         raise invalid(field, "" if path is None else str(path), "give a directory path")
     p = Path(path).expanduser()
     if p.exists() and not p.is_dir():
         raise OutputError(f"{field}={str(path)!r} is invalid; it exists and is not a directory")
+    held = sorted(q.name for q in p.iterdir()) if p.is_dir() else []
+    if held and not force:
+        raise OutputError(f"{field}={str(path)!r}: the directory already holds {len(held)} file(s) "
+                          f"({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); "
+                          f"{FORCE_HINT.replace('it', 'them', 1)}")
     _probe_writable(field, path, _nearest_existing(p.resolve()))
     return p
 

@@ -35,6 +35,7 @@ import numpy as np
 from .. import tables
 from ..errors import ConfigError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, parse_policy
+from ..validation import checked_keywords
 from .backends import make_backend
 
 RATE_KINDS = ("qps", "load", "paper_qps")
@@ -328,6 +329,7 @@ def _json_default(o):
 
 
 # ====================================================================== evaluate
+@checked_keywords
 def evaluate(scenarios, policies, seeds: "int | Sequence[int]" = 3, *, qps=None, load=None, paper_qps=None,
              overrides: dict | None = None, workers: int | None = None, samples: bool = False,
              progress: "bool | Callable[[int, int], None]" = False, mp_context=None, backend=None,
@@ -497,6 +499,7 @@ def default_studies(quick: bool = True) -> list[Study]:
     ]
 
 
+@checked_keywords
 def run_studies(studies: list[Study], seeds, *, workers=None, progress=True, common: dict | None = None,
                 mp_context=None, backend=None, ray_address: str | None = None
                 ) -> list[tuple[Study, ResultTable, list[dict]]]:
@@ -678,7 +681,7 @@ def add_cli(subparsers) -> None:
     """Register ``llmsched-gym compare``."""
     import argparse
 
-    from ..flags import add_backend_args, add_window_args
+    from ..flags import add_backend_args, add_force_arg, add_window_args
 
     p = subparsers.add_parser("compare", help="compare policy combinations over load points and seeds",
                               description=_COMPARE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -706,6 +709,7 @@ def add_cli(subparsers) -> None:
                    "the local Ray instance's CPUs")
     add_backend_args(p)
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    add_force_arg(p)
     p.set_defaults(func=cmd_compare)
 
 
@@ -729,7 +733,8 @@ def cmd_compare(args) -> int:
                    what={"--scenario": "a scenario name or YAML path", "--policies": "';'-separated policies",
                          "--baseline": "a policy label", "--class": "comma-separated class names"}[flag])
     out = check_output_dir("--out", args.out if args.out is not None else  # before the run: a bad path
-                           Path("results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")  # must not cost the results
+                           Path("results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}",  # must not cost the results
+                           force=args.force)
     backend = backend_from_args(args)  # starts nothing yet (Ray starts with the first cells)
     common = policy_overrides(args)
     if common:

@@ -78,7 +78,16 @@ import numpy as np
 from .. import tables
 from ..errors import ConfigError, MissingExtraError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, list_policies, parse_policy
-from ..validation import check_call_kwargs, check_keys, check_number, signature_params, split_range, type_name
+from ..validation import (
+    SEED,
+    check_call_kwargs,
+    check_keys,
+    check_number,
+    checked_keywords,
+    signature_params,
+    split_range,
+    type_name,
+)
 from .harness import METRIC_COLUMNS, _assemble, _execute, resolve_points, scenario_classes, with_defaults
 
 #: Metrics every trial records besides the objective's and constraints' (class ``all``).
@@ -590,6 +599,7 @@ def _medians(rows: list[dict], label: str, keys: Sequence[tuple[str, str]]) -> d
 
 
 # ====================================================================== the search
+@checked_keywords
 def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constraints: Sequence = (),
          trials: int = 20, seeds: "int | Sequence[int]" = 2, qps=None, load=None, paper_qps=None,
          overrides: dict | None = None, common: dict | None = None, sampler_seed: int = 0,
@@ -799,7 +809,7 @@ def add_cli(subparsers) -> None:
     """Register ``llmsched-gym tune``."""
     import argparse
 
-    from ..flags import add_backend_args, add_window_args
+    from ..flags import add_backend_args, add_force_arg, add_window_args
 
     p = subparsers.add_parser("tune", help="search a policy's parameters for an objective (Optuna TPE)",
                               description=_TUNE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -830,7 +840,12 @@ def add_cli(subparsers) -> None:
                    "--backend ray, the local Ray instance's CPUs")
     add_backend_args(p)
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    add_force_arg(p)
     p.set_defaults(func=cmd_tune)
+
+
+#: The most trials of one search (each runs every seed; beyond, a search never ends).
+MAX_TRIALS = 10_000
 
 
 def cmd_tune(args) -> int:
@@ -842,12 +857,12 @@ def cmd_tune(args) -> int:
 
     check_flags(args, ["--seed", "--seeds", "--workers", "--duration", "--horizon", "--qps", "--load", "--paper-qps"])
     for flag in ("--trials", "--batch"):
-        check_number(flag, getattr(args, flag[2:]), integer=True, ge=1)
-    check_number("--startup-trials", args.startup_trials, integer=True, ge=0)
-    check_number("--sampler-seed", args.sampler_seed, integer=True, ge=0)
+        check_number(flag, getattr(args, flag[2:]), integer=True, ge=1, le=MAX_TRIALS)
+    check_number("--startup-trials", args.startup_trials, integer=True, ge=0, le=MAX_TRIALS)
+    check_number("--sampler-seed", args.sampler_seed, **SEED)
     check_name("--scenario", args.scenario, what="a scenario name or YAML path")
     out = check_output_dir("--out", args.out if args.out is not None else
-                           Path("results") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
+                           Path("results") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}", force=args.force)
     make_scenario(args.scenario)  # clear error for unknown names
     common = policy_overrides(args)
     space = parse_space(args.space)
