@@ -170,6 +170,7 @@ def cmd_run(args) -> int:
     results = []
     for seed in range(args.seed, args.seed + args.seeds):
         sim = sc.simulator(seed, **pol)
+        sc.check_horizon(sim.workload, None if np.isinf(sim.horizon) else sim.horizon)
         sim.run()
         s = summarize(sim)
         s.update({"scenario": sc.name, "seed": seed, "qps": qps, "rate": sc.rate_setting(),

@@ -217,6 +217,21 @@ class Scenario:
         return qps
 
     @checked_keywords
+    def check_size(self, rate: str | None = None) -> None:
+        """The rate within what a real cluster takes, and the requests it generates within
+        what one simulation holds, before any is allocated; ``rate`` names the setting
+        in the message (default: this scenario's)."""
+        qps = self._checked_qps()
+        factor = qps / self.base_rate()
+        expected = sum(s.num_requests if s.num_requests is not None else s.arrival.rate * factor * s.duration_s
+                       for s in self.specs)
+        if expected > REQUESTS["le"]:
+            window = ", ".join(f"{s.duration_s:g} s" for s in self.specs if s.duration_s is not None)
+            raise ConfigError(f"{rate or self.rate_setting() or f'qps={qps:g}'} is invalid for scenario "
+                              f"{self.name!r}: about {expected:.3g} requests over its {window} arrival window, more "
+                              f"than the {REQUESTS['le']:,} one simulation takes; lower the rate or the window "
+                              "(duration_s)")
+
     def build_workload(self, seed: int = 0) -> Workload:
         """The requests of this scenario for ``seed`` (same seed, same requests)."""
         check_seed("seed", seed)
@@ -233,15 +248,8 @@ class Scenario:
             if self.workload.critical_share is not None:
                 w = assign_priorities(w, self.workload.critical_share, seed=seed)
             return w
-        qps = self._checked_qps()
-        factor = qps / self.base_rate()
-        expected = sum(s.num_requests if s.num_requests is not None else s.arrival.rate * factor * s.duration_s
-                       for s in self.specs)
-        if expected > REQUESTS["le"]:  # before allocating them
-            window = ", ".join(f"{s.duration_s:g} s" for s in self.specs if s.duration_s is not None)
-            raise ConfigError(f"{self.rate_setting() or f'qps={qps:g}'} is invalid for scenario {self.name!r}: "
-                              f"about {expected:.3g} requests over its {window} arrival window, more than the "
-                              f"{REQUESTS['le']:,} one simulation takes; lower the rate or the window (duration_s)")
+        self.check_size()
+        factor = self.target_qps() / self.base_rate()
         parts = []
         for k, spec in enumerate(self.specs):
             s = replace(spec, arrival=replace(spec.arrival, rate=spec.arrival.rate * factor))
@@ -270,19 +278,23 @@ class Scenario:
         horizon_s = self.horizon_s if horizon_s is ... else horizon_s
         if workload is None:
             workload = self.build_workload(seed)
-            self._check_runnable(workload, horizon_s)
+            self._check_servable(workload)
         return Simulator(workload, self.cluster, g, seed=seed, horizon_s=horizon_s, batch=batch)
 
-    def _check_runnable(self, w: Workload, horizon_s: float | None) -> None:
-        """A workload with no request in the horizon, or none that fits one instance's KV
-        cache, is an error naming the cause (not a table of dashes or of drops)."""
-        rate = self.rate_setting() or f"qps={self.target_qps():g}"
-        if len(w) == 0:
-            raise ConfigError(f"{rate}: no request arrives in scenario {self.name!r}'s arrival window; "
-                              "raise the rate or the window (duration_s)")
-        if horizon_s is not None and w.arrival_s[0] >= horizon_s:
+    def check_horizon(self, w: Workload, horizon_s: float | None) -> None:
+        """A run (not an RL episode, which may be empty) whose horizon ends before its
+        first request is an error naming both, not a table of dashes."""
+        if horizon_s is not None and len(w) and w.arrival_s[0] >= horizon_s:
             raise ConfigError(f"horizon_s={horizon_s:g}: no request arrives before it (the first at "
-                              f"t={w.arrival_s[0]:.4g} s with {rate}); raise the horizon or the rate")
+                              f"t={w.arrival_s[0]:.4g} s with {self.rate_setting() or 'the workload rate'}); "
+                              "raise the horizon or the rate")
+
+    def _check_servable(self, w: Workload) -> None:
+        """A workload with no request, or none that fits one instance's KV cache, is an
+        error naming the cause (not a table of dashes or of drops)."""
+        if len(w) == 0:
+            raise ConfigError(f"{self.rate_setting() or 'the workload rate'}: no request arrives in the arrival "
+                              f"window of scenario {self.name!r}; raise the rate or the window (duration_s)")
         c = self.cluster
         bs, blocks = c.engine.block_size, c.total_blocks()
         need = int(np.min(-(-(w.input_tokens + w.output_tokens) // bs)))

@@ -153,6 +153,7 @@ def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides:
             sc = make_scenario(entry, **early, **({kind: value} if kind else {}))
             q = sc.target_qps()
             run_sc = make_scenario(sc, **late).at_rate(q)
+            run_sc.check_size(sc.rate_setting())  # before any cell: a point too large to allocate
             label = f"{kind}={value:g}" if kind else f"qps={q:.4g}"
             out.append(_Point(sc.name, label, kind or "qps", float(value) if kind else q, q, run_sc))
     return out
