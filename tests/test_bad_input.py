@@ -300,6 +300,8 @@ CLI_ROWS = [
         fast=True),
     row("run-trace-path-too-long", ["run", "--trace", "/tmp/" + "a" * 300 + "/t.jsonl"], "too long"),
     row("run-router-overlong", RUN + ["--router", "x" * 100_000], "unknown policy", "characters]..."),
+    row("run-router-flow-control-model", RUN + ["--router", "agent:" + str(ROOT / "agents" / "pretrained" / "fc-codegen")],
+        "expected 'routing'", "takes the flow_control role", rl=True),
     # ---- scenarios
     row("scenarios-describe-unknown", ["scenarios", "--describe", "nosuch"], "unknown scenario 'nosuch'"),
     row("scenarios-seed-negative", ["scenarios", "--describe", "codegen", "--seed", "-1"], "--seed=-1"),

@@ -182,3 +182,24 @@ def test_change_bar_labels_clear_titles_and_each_other(tmp_path, monkeypatch, n_
             assert box.y0 <= b.y0 and b.y1 <= box.y1, "a label outside its panel (on the title)"
         for i, b in enumerate(labels):
             assert not any(b.overlaps(o) for o in labels[i + 1:]), "two labels overlap"
+
+
+def test_headers_name_what_ran(tmp_path, capsys):
+    """The rate as given (--paper-qps), every policy with its parameters (an
+    --epp-config's weights, a spec's), and in compare the roles filled in for every entry."""
+    from llmsched_gym.cli import main
+
+    assert main(["run", "--scenario", "codegen", "--paper-qps", "16", "--horizon", "2",
+                 "--router", "llm-d:prefix_weight=2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "paper-qps=16 (" in out and "router=llm-d:prefix_weight=2" in out
+    epp = tmp_path / "epp.yaml"
+    assert main(["policies", "--to-epp-config", "llm-d:prefix_weight=2+soft-reflective-ceiling", "--out", str(epp)]) == 0
+    assert main(["run", "--scenario", "codegen", "--qps", "2", "--horizon", "2", "--epp-config", str(epp)]) == 0
+    out = "".join(capsys.readouterr().out.split())  # the header may wrap anywhere
+    assert "prefix_weight=2.0" in out and "flow-control=soft-reflective-ceiling" in out
+    assert main(["compare", "--scenario", "pd-longprompt", "--qps", "2", "--duration", "3", "--seeds", "1",
+                 "--no-plots", "--policies", "pd-always;pd-llmd:threshold=4000+label=llmd4k", "--router", "jsq",
+                 "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "llmd4k = router=jsq, pd=pd-llmd:threshold=4000" in out and "pd-always = router=jsq, pd=pd-always" in out

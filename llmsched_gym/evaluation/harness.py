@@ -777,6 +777,8 @@ def cmd_compare(args) -> int:
     all_rows, all_stats = [], []
     for st, table, stats in results:
         print_study(st, table, stats, console)
+        for line in what_ran(st.policies, common):
+            console.print(line, highlight=False)
         print_fleet(table, console)
         all_rows += table.rows
         all_stats += stats
@@ -797,6 +799,22 @@ def cmd_compare(args) -> int:
     if figures:
         console.print("figures: " + ", ".join(str(f) for f in figures))
     return 0
+
+
+def what_ran(policies, common: dict | None = None) -> list[str]:
+    """``LABEL = router=..., flow_control=...`` for every entry whose label does not
+    already say everything that ran: a ``label=``, an ``--epp-config``'s weights, and the
+    roles ``--router`` / ``--pd`` / ... filled in for every entry."""
+    common = {k: v for k, v in (common or {}).items() if k in ROLE_KEYS}
+    out = []
+    for p in policies:
+        spec = parse_policy(p)
+        roles = {**common, **spec.kwargs()}
+        text = ", ".join(f"{k}={'none' if v is None else getattr(v, 'name', v)}" for k, v in roles.items())
+        says_all = spec.label in (text, *map(str, spec.kwargs().values()))  # "lmetric", "router=jsq"
+        if text and (common or not says_all):
+            out.append(f"  {spec.label} = {text}")
+    return (["policies as run:"] + out) if out else []
 
 
 def _parse_rates(kind: str, text: str) -> list[float]:
