@@ -281,6 +281,13 @@ class Scenario:
             self._check_servable(workload)
         return Simulator(workload, self.cluster, g, seed=seed, horizon_s=horizon_s, batch=batch)
 
+    def check_runnable(self, seed: int = 0) -> None:
+        """What :meth:`simulator` and :meth:`check_horizon` check, on the workload of
+        ``seed``, before any simulation (a study's points, before their cells)."""
+        w = self.build_workload(seed)
+        self._check_servable(w)
+        self.check_horizon(w, self.horizon_s)
+
     def check_horizon(self, w: Workload, horizon_s: float | None) -> None:
         """A run (not an RL episode, which may be empty) whose horizon ends before its
         first request is an error naming both, not a table of dashes."""

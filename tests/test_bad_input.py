@@ -275,6 +275,8 @@ CLI_ROWS = [
     row("run-no-request-in-window", ["run", "--scenario", "codegen", "--qps", "1e-6"], "qps=1e-06",
         "no request arrives"),
     row("run-no-request-in-horizon", RUN[:-2] + ["--horizon", "0.01"], "horizon_s=0.01", "no request arrives before"),
+    row("compare-no-request-in-horizon", CMP + ["--horizon", "0.001"], "horizon_s=0.001", "no request arrives before"),
+    row("compare-no-request-in-window", CMP[:3] + ["--qps", "1e-5"] + CMP[5:], "qps=1e-05", "no request arrives"),
     row("run-kv-smaller-than-requests", RUN + ["--kv-blocks", "2"], "kv_blocks=2", "smaller than any request",
         "dropped"),
     # ---- results never replaced silently
@@ -360,7 +362,7 @@ def _env(base: Path, no_torch: bool = False) -> dict:
     path = ([str(base / "no-torch")] if no_torch else []) + [str(ROOT)]
     env["PYTHONPATH"] = os.pathsep.join(path + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(LLMSCHED_CACHE_DIR=str(base / "cache"), MPLCONFIGDIR=str(base / "mpl"), TMPDIR=str(base / "tmp"),
-               COLUMNS="200")
+               TORCHINDUCTOR_CACHE_DIR=str(base / "torch"), COLUMNS="200")  # torch's own cache: not ours
     return env
 
 
@@ -542,6 +544,7 @@ def _api_cases():
          ["instances=1000000", "[1, 1024]"]),
         ("make_scenario-num-requests-huge", lambda tp: make_scenario("codegen", num_requests=10**9),
          ["num_requests=1000000000", "[1, 10000000]"]),
+        ("evaluate-seeds-huge", lambda tp: evaluate("codegen", "jsq", 10**6, qps=2), ["seeds=1000000", "[1, 1000]"]),
         ("make_policy-declared-range", lambda tp: make_policy("bailian", lam=-0.5), ["lam=-0.5", "[0, 1]"]),
         ("env-render-mode-human", lambda tp: gym.make("llmsched/Routing-v0", render_mode="human"),
          ["render_mode='human'", "None"]),

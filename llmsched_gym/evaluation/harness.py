@@ -35,7 +35,7 @@ import numpy as np
 from .. import tables
 from ..errors import ConfigError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, parse_policy
-from ..validation import checked_keywords
+from ..validation import SEEDS, check_number, checked_keywords
 from .backends import make_backend
 
 RATE_KINDS = ("qps", "load", "paper_qps")
@@ -379,16 +379,17 @@ def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, ov
           common: dict | None = None) -> dict:
     specs = [with_defaults(s, common) for s in parse_policies(policies)]
     if isinstance(seeds, (int, np.integer)):
-        if seeds < 1:
-            raise ConfigError(f"seeds={seeds} is invalid; it must be >= 1")
-        seed_list = list(range(int(seeds)))
+        seed_list = list(range(check_number("seeds", seeds, **SEEDS)))
     else:
         from ..validation import check_seed
 
         seed_list = [check_seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
         if not seed_list:
             raise ConfigError("no seed given")
+        check_number("len(seeds)", len(seed_list), **SEEDS)
     points = resolve_points(scenarios, qps=qps, load=load, paper_qps=paper_qps, overrides=overrides)
+    for pt in points:  # no request, none that fits, a horizon before the first: before any cell
+        pt.sc.check_runnable(seed_list[0])
     tasks = []
     for pi, pt in enumerate(points):
         for si, spec in enumerate(specs):
@@ -819,7 +820,6 @@ def what_ran(policies, common: dict | None = None) -> list[str]:
 
 def _parse_rates(kind: str, text: str) -> list[float]:
     from ..flags import FLAG_RULES
-    from ..validation import check_number
 
     flag = f"--{kind.replace('_', '-')}"
     try:

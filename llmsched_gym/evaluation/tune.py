@@ -80,6 +80,7 @@ from ..errors import ConfigError, MissingExtraError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, list_policies, parse_policy
 from ..validation import (
     SEED,
+    SEEDS,
     check_call_kwargs,
     check_keys,
     check_number,
@@ -599,6 +600,10 @@ def _medians(rows: list[dict], label: str, keys: Sequence[tuple[str, str]]) -> d
 
 
 # ====================================================================== the search
+#: The most trials of one search (each runs every seed; beyond, a search never ends).
+MAX_TRIALS = 10_000
+
+
 @checked_keywords
 def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constraints: Sequence = (),
          trials: int = 20, seeds: "int | Sequence[int]" = 2, qps=None, load=None, paper_qps=None,
@@ -629,12 +634,12 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
     space = parse_space(space)
     obj = objective if isinstance(objective, Objective) else parse_objective(objective)
     cons = [c if isinstance(c, Constraint) else parse_constraint(c) for c in constraints]
-    trials = check_number("trials", trials, integer=True, ge=1)
-    startup_trials = check_number("startup_trials", startup_trials, integer=True, ge=0)
-    batch = check_number("batch", batch, integer=True, ge=1)
-    sampler_seed = check_number("sampler_seed", sampler_seed, integer=True, ge=0)
+    trials = check_number("trials", trials, integer=True, ge=1, le=MAX_TRIALS)
+    startup_trials = check_number("startup_trials", startup_trials, integer=True, ge=0, le=MAX_TRIALS)
+    batch = check_number("batch", batch, integer=True, ge=1, le=MAX_TRIALS)
+    sampler_seed = check_number("sampler_seed", sampler_seed, **SEED)
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        seed_list = list(range(check_number("seeds", seeds, integer=True, ge=1)))
+        seed_list = list(range(check_number("seeds", seeds, **SEEDS)))
     else:
         from ..validation import check_seed
 
@@ -651,6 +656,7 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
         raise ConfigError(f"tune searches at one load point; got {len(points)} "
                           f"({', '.join(p.label for p in points)}): give one value")
     pt = points[0]
+    pt.sc.check_runnable(seed_list[0])  # no request, none that fits, a horizon before the first
     classes = scenario_classes(pt.sc)
     keys: list[tuple[str, str]] = []
     for t in [*obj.terms, *(c.term for c in cons), *(Term(1.0, m) for m in REPORT_METRICS)]:
@@ -842,10 +848,6 @@ def add_cli(subparsers) -> None:
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
     add_force_arg(p)
     p.set_defaults(func=cmd_tune)
-
-
-#: The most trials of one search (each runs every seed; beyond, a search never ends).
-MAX_TRIALS = 10_000
 
 
 def cmd_tune(args) -> int:
