@@ -687,3 +687,44 @@ def test_run_json_is_always_a_list(tmp_path):
     assert main(["run", "--scenario", "codegen", "--qps", "2", "--horizon", "1", "--json", str(out)]) == 0
     data = json.loads(out.read_text())
     assert isinstance(data, list) and len(data) == 1 and data[0]["seed"] == 0
+
+
+# ====================================================================== declared policy ranges
+def _ranged_params():
+    from llmsched_gym.gateway.policy import list_policies
+    from llmsched_gym.validation import signature_params, split_range
+
+    out = []
+    for name, factory in list_policies().items():
+        for p, tp, _ in signature_params(factory):
+            if split_range(tp)[1]:
+                out.append(pytest.param(name, factory, p, tp, id=f"{name}:{p}"))
+    return out
+
+
+@pytest.mark.parametrize("name, factory, param, tp", _ranged_params())
+def test_policy_range_declared_once(name, factory, param, tp, capsys):
+    """One declaration per parameter: `policies` lists it, and make_policy, a direct
+    construction and the EPP export all refuse a value beyond it, naming it."""
+    import typing
+
+    from llmsched_gym.cli import main
+    from llmsched_gym.errors import ConfigError
+    from llmsched_gym.gateway.epp import dump_epp_config
+    from llmsched_gym.gateway.policy import make_policy
+    from llmsched_gym.validation import split_range
+
+    base, rng = split_range(tp)
+    iv = typing.get_args(tp)[1]
+    assert main(["policies"]) == 0
+    listing = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith(name + " "))
+    assert f"{param}=" in listing and rng in listing
+    upper = iv.le if iv.le is not None else iv.lt  # every declared range has one
+    bad = int(upper * 2 + 1) if base is int else float(upper * 2 + 1)
+    for attempt in (lambda: make_policy(f"{name}:{param}={bad}"), lambda: factory(**{param: bad})):
+        with pytest.raises(ConfigError) as ei:
+            attempt()
+        assert f"{param}={bad!r}" in str(ei.value) and rng in str(ei.value), str(ei.value)
+    if factory.role in ("routing", "usage-limit", "admission"):
+        with pytest.raises(ConfigError, match=param):
+            dump_epp_config(f"{name}:{param}={bad}")

@@ -33,6 +33,7 @@ three roles; the roles it leaves out keep the scenario's defaults. It is given a
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -50,6 +51,14 @@ class Policy:
     role: str = ""
     name: str = ""
     description: str = ""
+
+    def __init_subclass__(cls, **kwargs):
+        """A policy constructed directly (not through :func:`make_policy`) checks its
+        arguments against the same declared types and ranges."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            cls.__init__ = _checked_init(cls, init)
 
     def reset(self, num_instances: int, rng: np.random.Generator) -> None:
         """Called before each simulation; drop any state from an earlier run."""
@@ -140,6 +149,24 @@ class GatewayController(Policy):
 
     def run(self, scenario, seed: int):
         raise NotImplementedError
+
+
+def _checked_init(cls, init):
+    sig = inspect.signature(init)
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        if type(self) is cls:  # the constructor called; a base's, called from it, was given checked values
+            try:
+                given = sig.bind(self, *args, **kwargs).arguments
+            except TypeError as e:
+                raise ConfigError(f"policy {cls.name or cls.__name__!r}: {e}") from None
+            given.pop(next(iter(sig.parameters)))  # self
+            check_call_kwargs(f"policy {cls.name or cls.__name__!r}", init, given, label=cls.name or cls.__name__,
+                              skip=("self",))
+        init(self, *args, **kwargs)
+
+    return checked
 
 
 _REGISTRY: dict[str, Callable[..., Policy]] = {}
