@@ -85,7 +85,7 @@ FIXED_KEYS = ("policy", "env", "seed", "verbose", "tensorboard_log", "device", "
 #: to check), so a bad value is one line here and not torch's or numpy's traceback.
 _FRACTION = {"ge": 0, "le": 1}
 HYPERPARAM_RULES = {
-    "learning_rate": {"gt": 0, "le": 1}, "n_steps": {"integer": True, "ge": 1, "le": 2**20},
+    "learning_rate": {"ge": 0, "le": 1},  # 0: a frozen policy (the residual's starting point) "n_steps": {"integer": True, "ge": 1, "le": 2**20},
     "batch_size": {"integer": True, "ge": 1, "le": 2**20}, "n_epochs": {"integer": True, "ge": 1, "le": 1000},
     "gamma": _FRACTION, "gae_lambda": _FRACTION, "clip_range": {"gt": 0, "le": 10}, "clip_range_vf": {"gt": 0, "le": 10},
     "ent_coef": {"ge": 0, "le": 100}, "vf_coef": {"ge": 0, "le": 100}, "max_grad_norm": {"gt": 0, "le": 1e6},

@@ -88,6 +88,7 @@ from .validation import (
     LINK_GBPS,
     MAX_INSTANCES,
     MAX_KV_BLOCKS,
+    MAX_TOKENS,
     REQUESTS,
     SECONDS,
     check_fields,
@@ -112,7 +113,7 @@ CLUSTER_RULES = {"instances": INSTANCES, "tp": {"integer": True, "ge": 1, "le": 
 ENGINE_RULES = {"max_num_seqs": {"integer": True, "ge": 1, "le": 4096},
                 "max_num_batched_tokens": {"integer": True, "ge": 1, "le": 2**20},
                 "block_size": {"integer": True, "ge": 1, "le": 4096},
-                "max_model_len": {"integer": True, "ge": 1, "le": 2**24, "none_ok": True}}
+                "max_model_len": {"integer": True, "ge": 1, "le": MAX_TOKENS, "none_ok": True}}
 GATEWAY_RULES = {"ttl_s": SECONDS, "band_capacity": REQUESTS, "dispatch_interval_s": {"gt": 0, "le": 3600}}
 
 

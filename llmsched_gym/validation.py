@@ -60,6 +60,7 @@ MAX_QPS = 100_000.0  # requests/s into one cluster
 MAX_LOAD = 10.0  # times the cluster's capacity
 MAX_SECONDS = 30 * 86400.0  # simulated seconds: a month
 MAX_REQUESTS = 10_000_000  # requests in one simulation
+MAX_TOKENS = 2**24  # tokens of one request (a 16M context)
 MAX_SEEDS = 1000  # seeds of one run or study
 MAX_SEED = 2**31 - 1
 MAX_WORKERS = 1024  # worker processes or Ray CPUs
@@ -84,8 +85,8 @@ Weight = ranged(float, ge=0, le=1e6)  # a score weight or factor
 PositiveWeight = ranged(float, gt=0, le=1e6)
 Seconds = ranged(float, gt=0, le=MAX_SECONDS)
 NonNegativeSeconds = ranged(float, ge=0, le=MAX_SECONDS)
-Tokens = ranged(int, ge=1, le=2**24)  # a token or block count
-NonNegativeTokens = ranged(int, ge=0, le=2**24)
+Tokens = ranged(int, ge=1, le=MAX_TOKENS)  # a token or block count
+NonNegativeTokens = ranged(int, ge=0, le=MAX_TOKENS)
 Count = ranged(int, ge=1, le=MAX_REQUESTS)
 
 
@@ -234,8 +235,9 @@ def _adapter(tp):
 
 
 def _plain(v):
-    """numpy scalars as Python scalars (so strict validation accepts them)."""
-    if type(v).__module__ == "numpy" and hasattr(v, "item"):
+    """numpy scalars as Python scalars (so strict validation accepts them); arrays, even
+    of one element, stay arrays."""
+    if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "shape", None) == ():
         try:
             return v.item()
         except (TypeError, ValueError):

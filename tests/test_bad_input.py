@@ -62,6 +62,8 @@ FIXTURES = {
     "zero-span.jsonl": OK_TRACE * 3,
     "misspelt.jsonl": OK_TRACE + OK_TRACE.replace('"hash_ids"', '"hash_id"'),
     "instances-huge.yaml": GOOD_YAML.replace("instances: 1", "instances: 100000"),
+    "rate-huge.yaml": GOOD_YAML.replace("rate: 2", "rate: 1.0e+9"),
+    "input-huge.yaml": GOOD_YAML.replace("input: 100", "input: 1.0e+12"),
     "existing.json": "[]\n",
     "results-dir/results.csv": "an earlier run\n",
 }
@@ -253,6 +255,9 @@ CLI_ROWS = [
     row("compare-load-huge", ["compare", "--scenario", "chatbot", "--load", "0.5,1e6"], "--load='0.5,1e6'", "(0, 10]"),
     row("yaml-instances-huge", ["run", "--scenario", "{F}/instances-huge.yaml"], "cluster.instances=100000",
         "[1, 1024]"),
+    row("yaml-rate-huge", ["run", "--scenario", "{F}/rate-huge.yaml"], "workload.arrival.rate=1000000000.0",
+        "<= 100000"),
+    row("yaml-input-huge", ["run", "--scenario", "{F}/input-huge.yaml"], "workload.input", "16777216"),
     row("policy-param-declared-range", RUN + ["--router", "aibrix:imbalance=-8"], "policy 'aibrix'", "imbalance=-8",
         "integer in [0, 10000000]"),
     row("policy-param-fraction", RUN + ["--router", "sglang-cache-aware:match_threshold=3"], "match_threshold=3",
@@ -260,7 +265,7 @@ CLI_ROWS = [
     row("tune-trials-huge", ["tune", "--scenario", "chatbot", "--space", "bailian:lam=0..1", "--trials", "1000000"],
         "--trials=1000000", "[1, 10000]", needs=("optuna",)),
     row("train-hyperparameter-range", ["train", "--set", "learning_rate=-1", "--timesteps", "10"],
-        "learning_rate=-1", "(0, 1]", rl=True),
+        "learning_rate=-1", "[0, 1]", rl=True),
     # ---- flags and keys that do not apply to the cluster or source
     row("cpu-shared-without-tier", RUN + ["--cpu-kv-shared"], "cpu_kv_shared=True", "CPU KV tier", "--cpu-kv-gb"),
     row("cpu-link-without-tier", RUN + ["--cpu-link-gbps", "5"], "cpu_link_gbps=5.0", "CPU KV tier"),
