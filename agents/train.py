@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from llmsched_gym.validation import INSTANCES, SECONDS, SEED
+
 ENV_FILES = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
              "llmsched/Admission-v0": "admission", "llmsched/Gateway-v0": "gateway"}
 ALGOS = ("ppo", "maskable-ppo", "sac")
@@ -79,11 +81,32 @@ SCRIPT_KEYS = ("policy", "policy_kwargs", "n_envs", "normalize", "env_kwargs", "
 FIXED_KEYS = ("policy", "env", "seed", "verbose", "tensorboard_log", "device", "_init_setup_model")
 
 
+#: Ranges of the numeric hyperparameters (a schedule, a tuple or "auto" is the library's
+#: to check), so a bad value is one line here and not torch's or numpy's traceback.
+_FRACTION = {"ge": 0, "le": 1}
+HYPERPARAM_RULES = {
+    "learning_rate": {"ge": 0, "le": 1},  # 0: a frozen policy (the residual's starting point) "n_steps": {"integer": True, "ge": 1, "le": 2**20},
+    "batch_size": {"integer": True, "ge": 1, "le": 2**20}, "n_epochs": {"integer": True, "ge": 1, "le": 1000},
+    "gamma": _FRACTION, "gae_lambda": _FRACTION, "clip_range": {"gt": 0, "le": 10}, "clip_range_vf": {"gt": 0, "le": 10},
+    "ent_coef": {"ge": 0, "le": 100}, "vf_coef": {"ge": 0, "le": 100}, "max_grad_norm": {"gt": 0, "le": 1e6},
+    "target_kl": {"gt": 0, "le": 100}, "buffer_size": {"integer": True, "ge": 1, "le": 10**8},
+    "learning_starts": {"integer": True, "ge": 0, "le": 10**9}, "tau": _FRACTION, "train_freq": {"integer": True, "ge": 1},
+    "gradient_steps": {"integer": True, "ge": -1, "le": 10**4}, "target_update_interval": {"integer": True, "ge": 1},
+    "sde_sample_freq": {"integer": True, "ge": -1}, "stats_window_size": {"integer": True, "ge": 1, "le": 10**6},
+    "n_envs": {"integer": True, "ge": 1, "le": 256}, "eval_freq": {"integer": True, "ge": 1},
+    "n_eval_episodes": {"integer": True, "ge": 1, "le": 10**4}, "eval_duration_s": {"gt": 0, "le": 86400},
+    "checkpoint_freq": {"integer": True, "ge": 1},
+}
+
+
 def check_hyperparams(algo: str, hp: dict, overrides: dict | None = None) -> None:
     """Every hyperparameter name against the algorithm's constructor (and the script's own
-    keys), and its value against the keyword's annotation, before anything is built."""
+    keys), its value against the keyword's annotation and a number against its range
+    (:data:`HYPERPARAM_RULES`), before anything is built."""
+    import numbers
+
     from llmsched_gym.errors import ConfigError
-    from llmsched_gym.validation import describe_type, signature_params, type_ok
+    from llmsched_gym.validation import check_number, describe_type, signature_params, type_ok
 
     params = {name: tp for name, tp, _ in signature_params(_algo_class(algo)) if name not in FIXED_KEYS}
     allowed = sorted(set(params) | set(SCRIPT_KEYS))
@@ -94,6 +117,11 @@ def check_hyperparams(algo: str, hp: dict, overrides: dict | None = None) -> Non
             raise ConfigError(f"{where}: {k!r} is not a {algo} hyperparameter; allowed: {', '.join(allowed)}")
         if k in params and k not in SCRIPT_KEYS and not type_ok(v, params[k])[0]:
             raise ConfigError(f"{where} is invalid; it must be {describe_type(params[k])}")
+        if k in HYPERPARAM_RULES and isinstance(v, numbers.Real) and not isinstance(v, bool):
+            try:
+                check_number(k, v, **HYPERPARAM_RULES[k])
+            except ConfigError as e:
+                raise ConfigError(f"{where} is invalid; {str(e).split('; ', 1)[1]}") from None
 
 
 def rounded_timesteps(algo: str, timesteps: int, n_envs: int, hp: dict) -> tuple[int, str]:
@@ -372,8 +400,12 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     out.mkdir(parents=True, exist_ok=True)  # only now: a bad scenario or rate leaves nothing behind
 
     Algo = _algo_class(algo)
-    model = Algo(policy, venv, seed=seed, verbose=verbose, tensorboard_log=str(out / "tb"),
-                 policy_kwargs=policy_kwargs, device="cpu", **hp)
+    try:
+        model = Algo(policy, venv, seed=seed, verbose=verbose, tensorboard_log=str(out / "tb"),
+                     policy_kwargs=policy_kwargs, device="cpu", **hp)
+    except (ValueError, AssertionError, TypeError) as e:  # a combination the library refuses
+        raise ConfigError(f"{algo}: stable-baselines3 refused the hyperparameters "
+                          f"({' '.join(str(e).split()) or type(e).__name__})") from None
     EvalCB = eval_callback_class(maskable=algo == "maskable-ppo")
     per_env = max(1, e_freq // n)  # callbacks count calls (one per vector step)
     eval_cb = EvalCB(eval_venv, n_eval_episodes=max(e_eps, n_eval_envs), eval_freq=per_env,
@@ -442,6 +474,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timesteps", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output directory (default runs/<env>-<scenario>-<algo>-s<seed>)")
+    p.add_argument("--force", action="store_true", help="train into an --out that holds an earlier run's files")
     rate = p.add_mutually_exclusive_group()
     rate.add_argument("--qps", help="request rate(s): a number, a comma list or a range LO:HI[:N]")
     rate.add_argument("--load", help="fraction(s) of measured capacity: 0.5, 0.3,0.5 or 0.3:0.7[:N]")
@@ -490,10 +523,9 @@ def _set_overrides(items: list[str]) -> dict:
 
 
 #: Numeric flags of ``train`` and what they allow.
-TRAIN_FLAGS = {"--timesteps": {"integer": True, "ge": 1}, "--seed": {"integer": True, "ge": 0},
-               "--instances": {"integer": True, "ge": 1}, "--duration": {"gt": 0}, "--n-envs": {"integer": True, "ge": 1},
-               "--eval-freq": {"integer": True, "ge": 1}, "--eval-episodes": {"integer": True, "ge": 1},
-               "--verbose": {"integer": True, "ge": 0}}
+TRAIN_FLAGS = {"--timesteps": {"integer": True, "ge": 1, "le": 10**10}, "--seed": SEED, "--instances": INSTANCES,
+               "--duration": SECONDS, "--n-envs": HYPERPARAM_RULES["n_envs"], "--eval-freq": {"integer": True, "ge": 1},
+               "--eval-episodes": HYPERPARAM_RULES["n_eval_episodes"], "--verbose": {"integer": True, "ge": 0, "le": 2}}
 
 
 def check_args(args) -> None:
@@ -529,6 +561,9 @@ def run_from_args(args) -> dict:
 
         raise ConfigError("--eval-rates needs a training rate kind (--qps, --load or --paper-qps)")
     out = args.out or f"runs/{ENV_FILES[env_id]}-{'+'.join(scenarios)}-{algo}-s{args.seed}"
+    from llmsched_gym.validation import check_output_dir
+
+    check_output_dir("--out", out, force=args.force)  # an earlier run's model is not replaced silently
     meta = train(env_id, scenarios, algo, args.timesteps, args.seed, out, rate_kind=kind, rates=rates,
                  eval_scenarios=[s for s in (args.eval_scenario or "").split(",") if s], eval_rates=eval_rates,
                  instances=args.instances, duration_s=args.duration, n_envs=args.n_envs,

@@ -7,10 +7,10 @@ admitted by every policy here.
 from __future__ import annotations
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import AdmissionPolicy, register_policy
 from llmsched_gym.gateway.saturation import utilization_scores
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import MAX_REQUESTS, PositiveWeight, ranged
 
 
 @register_policy("always-admit")
@@ -65,11 +65,9 @@ class ProbabilisticAdmission(AdmissionPolicy):
     name = "probabilistic"
     description = "Reject sheddable requests with probability min(k*s^power, 1) (llm-d probabilistic-admitter)."
 
-    def __init__(self, power: float = 5.0, k: float = 300.0, queueDepthThreshold: float = 5,  # noqa: N803
-                 kvCacheUtilThreshold: float = 0.8):  # noqa: N803
-        for field, v in (("power", power), ("k", k), ("queueDepthThreshold", queueDepthThreshold),
-                         ("kvCacheUtilThreshold", kvCacheUtilThreshold)):
-            check_nonnegative(field, v, strict=True)
+    def __init__(self, power: PositiveWeight = 5.0, k: PositiveWeight = 300.0,
+                 queueDepthThreshold: ranged(float, gt=0, le=MAX_REQUESTS) = 5,  # noqa: N803
+                 kvCacheUtilThreshold: ranged(float, gt=0, le=1) = 0.8):  # noqa: N803
         self.power = float(power)
         self.k = float(k)
         self.queue_depth_threshold = float(queueDepthThreshold)

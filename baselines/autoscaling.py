@@ -21,8 +21,9 @@ from collections import deque
 import numpy as np
 
 from llmsched_gym.autoscaling import ScalingPolicy, ScalingView
-from llmsched_gym.errors import ConfigError, check_nonnegative
+from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import register_policy
+from llmsched_gym.validation import MAX_INSTANCES, NonNegativeSeconds, PositiveWeight, Seconds, Weight, ranged
 
 
 @register_policy("fixed")
@@ -36,9 +37,7 @@ class FixedFleet(ScalingPolicy):
     name = "fixed"
     description = "A constant fleet of `instances` instances."
 
-    def __init__(self, instances: int = 1):
-        if isinstance(instances, bool) or not isinstance(instances, int) or instances < 1:
-            raise ConfigError(f"instances={instances!r} is invalid; it must be an integer >= 1")
+    def __init__(self, instances: ranged(int, ge=1, le=MAX_INSTANCES) = 1):
         self.instances = instances
 
     def reset(self, num_instances: int, rng: np.random.Generator) -> None:
@@ -72,10 +71,7 @@ class HPA(ScalingPolicy):
     the workload, docs/environments.md).
     """
 
-    def __init__(self, target: float, tolerance: float = 0.1, stabilization_s: float = 300.0):
-        check_nonnegative("target", target, strict=True)
-        check_nonnegative("tolerance", tolerance)
-        check_nonnegative("stabilization_s", stabilization_s)
+    def __init__(self, target: PositiveWeight, tolerance: Weight = 0.1, stabilization_s: NonNegativeSeconds = 300.0):
         self.target, self.tolerance, self.stabilization_s = float(target), float(tolerance), float(stabilization_s)
         self._history: deque = deque()
 
@@ -116,7 +112,8 @@ class HPAKV(HPA):
     name = "hpa-kv"
     description = "Kubernetes HPA on mean KV-cache utilization (target 0.7, tolerance 0.1, 300 s down-window)."
 
-    def __init__(self, target: float = 0.7, tolerance: float = 0.1, stabilization_s: float = 300.0):
+    def __init__(self, target: PositiveWeight = 0.7, tolerance: Weight = 0.1,
+                 stabilization_s: NonNegativeSeconds = 300.0):
         super().__init__(target, tolerance, stabilization_s)
 
     def value(self, view: ScalingView) -> float:
@@ -137,7 +134,8 @@ class HPAQueue(HPA):
     name = "hpa-queue"
     description = "Kubernetes HPA on waiting requests per instance (target 2, tolerance 0.1, 300 s down-window)."
 
-    def __init__(self, target: float = 2.0, tolerance: float = 0.1, stabilization_s: float = 300.0):
+    def __init__(self, target: PositiveWeight = 2.0, tolerance: Weight = 0.1,
+                 stabilization_s: NonNegativeSeconds = 300.0):
         super().__init__(target, tolerance, stabilization_s)
 
     def value(self, view: ScalingView) -> float:
@@ -166,14 +164,8 @@ class QueueAware(ScalingPolicy):
     name = "queue-aware"
     description = "Knative KPA on requests in flight + queued (target 32/instance, utilization 0.7, 60 s / 6 s windows)."
 
-    def __init__(self, target: float = 32.0, utilization: float = 0.7, stable_s: float = 60.0, panic_s: float = 6.0,
-                 panic_threshold: float = 2.0):
-        for k, v in (("target", target), ("utilization", utilization), ("stable_s", stable_s),
-                     ("panic_threshold", panic_threshold)):
-            check_nonnegative(k, v, strict=True)
-        check_nonnegative("panic_s", panic_s)
-        if utilization > 1:
-            raise ConfigError(f"utilization={utilization!r} is invalid; it must be in (0, 1]")
+    def __init__(self, target: PositiveWeight = 32.0, utilization: ranged(float, gt=0, le=1) = 0.7,
+                 stable_s: Seconds = 60.0, panic_s: NonNegativeSeconds = 6.0, panic_threshold: PositiveWeight = 2.0):
         self.target, self.utilization = float(target), float(utilization)
         self.stable_s, self.panic_s, self.panic_threshold = float(stable_s), float(panic_s), float(panic_threshold)
         self.reset(0, None)

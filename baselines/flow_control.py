@@ -13,8 +13,9 @@ import math
 import numpy as np
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import ConfigError, check_nonnegative
+from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import UsageLimitPolicy, register_policy
+from llmsched_gym.validation import Weight
 
 
 @register_policy("static-usage-limit")
@@ -28,8 +29,7 @@ class StaticUsageLimit(UsageLimitPolicy):
     name = "static-usage-limit"
     description = "Every band's ceiling = threshold (default 1.0)."
 
-    def __init__(self, threshold: float = 1.0):
-        check_nonnegative("threshold", threshold)
+    def __init__(self, threshold: Weight = 1.0):
         self.threshold = float(threshold)
 
     def ceilings(self, saturation: float, num_bands: int) -> np.ndarray:
@@ -53,8 +53,7 @@ class PriorityHoldback(UsageLimitPolicy):
     name = "priority-holdback"
     description = "Linear per-band ceilings from cmax (band 0) down to cmin (lowest band)."
 
-    def __init__(self, cmax: float = 1.0, cmin: float = 0.5):
-        check_nonnegative("cmin", cmin)
+    def __init__(self, cmax: Weight = 1.0, cmin: Weight = 0.5):
         if cmax < cmin:
             raise ConfigError(f"cmax={cmax!r} is invalid; it must be >= cmin={cmin!r}")
         self.cmax, self.cmin = float(cmax), float(cmin)
@@ -106,10 +105,7 @@ class SoftReflectiveCeiling(UsageLimitPolicy):
     name = "soft-reflective-ceiling"
     description = "llm-d soft-reflective ceiling: sheddable bands open 1 of every s/(1-s) cycles."
 
-    def __init__(self, ramp: float = 1.0, period_scale: float = 1.0):
-        for k, v in (("ramp", ramp), ("period_scale", period_scale)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ConfigError(f"{k}={v!r} is invalid; it must be a finite number >= 0")
+    def __init__(self, ramp: Weight = 1.0, period_scale: Weight = 1.0):
         self.ramp, self.period_scale = float(ramp), float(period_scale)
         self._tick = 0
 

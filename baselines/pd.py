@@ -12,14 +12,8 @@ pool (dispatched there, not yet scheduled).
 from __future__ import annotations
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import PDPolicy, register_policy
-
-
-def _check_count(field: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{field}={value!r} is invalid; it must be an integer >= 0 (tokens or requests)")
-    return value
+from llmsched_gym.validation import MAX_REQUESTS, NonNegativeTokens, ranged
 
 
 @register_policy("pd-aggregated")
@@ -66,8 +60,8 @@ class LlmdPrefixDecider(PDPolicy):
     name = "pd-llmd"
     description = "llm-d's prefix-based decider: disaggregate when uncached prompt >= threshold (0: always)."
 
-    def __init__(self, threshold: int = 0):
-        self.threshold = _check_count("threshold", threshold)
+    def __init__(self, threshold: NonNegativeTokens = 0):
+        self.threshold = threshold
 
     def disaggregate(self, uncached_tokens: int, prefill_queue: int) -> bool:
         return self.threshold <= 0 or uncached_tokens >= self.threshold
@@ -92,9 +86,10 @@ class DynamoConditional(PDPolicy):
     name = "pd-dynamo"
     description = "Dynamo's conditional disaggregation: uncached prompt > max_local_prefill_length and short prefill queue."
 
-    def __init__(self, max_local_prefill_length: int = 1000, max_prefill_queue_size: int = 2):
-        self.max_local_prefill_length = _check_count("max_local_prefill_length", max_local_prefill_length)
-        self.max_prefill_queue_size = _check_count("max_prefill_queue_size", max_prefill_queue_size)
+    def __init__(self, max_local_prefill_length: NonNegativeTokens = 1000,
+                 max_prefill_queue_size: ranged(int, ge=0, le=MAX_REQUESTS) = 2):
+        self.max_local_prefill_length = max_local_prefill_length
+        self.max_prefill_queue_size = max_prefill_queue_size
 
     def disaggregate(self, uncached_tokens: int, prefill_queue: int) -> bool:
         return uncached_tokens > self.max_local_prefill_length and prefill_queue < self.max_prefill_queue_size

@@ -44,8 +44,8 @@ CASES = ("fixed5000", "ref5000", "ref50k", "mooncake1500")
 def build(case: str):
     """(workload, ClusterConfig, GatewayConfig) of a case, with whichever llmsched_gym is imported."""
     from llmsched_gym.engine import EngineConfig
-    from llmsched_gym.scenarios import DEFAULT_TRACE_DIR
     from llmsched_gym.simulator import ClusterConfig, GatewayConfig
+    from llmsched_gym.workloads.trace_registry import DEFAULT_TRACE_DIR
     try:
         from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
         from llmsched_gym.workloads.traces import load_blis_trace, load_mooncake

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import ConfigError, PolicyError
-from .flags import FLAG_RULES, check_flags, policy_overrides
+from . import tables
+from .errors import ConfigError, PolicyError, one_line
+from .flags import FLAG_RULES, add_force_arg, check_flags, policy_overrides
 
 EXIT_BAD_INPUT = 2
 
@@ -134,9 +135,16 @@ def scenario_from_args(args) -> "object":
         if args.time_scale is not None and args.time_scale != 1.0:
             if sc.qps is not None or sc.load is not None:
                 raise ConfigError("give either --time-scale or a rate (--qps/--load), not both")
+            if not np.isfinite(sc.base_rate()):
+                raise ConfigError(f"--time-scale={args.time_scale:g} does not apply to --trace {args.trace}: its "
+                                  "requests all arrive at one time (a zero time span), there is no interval to scale")
             sc.qps = sc.base_rate() / args.time_scale
-        return sc
-    return make_scenario(args.scenario or "codegen", **overrides)
+    else:
+        sc = make_scenario(args.scenario or "codegen", **overrides)
+    if args.kv_link is not None and not sc.cluster.prefill_instances:  # kv_link has a default: only the flag is a choice
+        raise ConfigError(f"--kv-link={args.kv_link} does not apply: the cluster has no prefill pool "
+                          "(P/D disaggregation needs --prefill-instances >= 1)")
+    return sc
 
 
 def _validate_policies(overrides: dict) -> None:
@@ -153,27 +161,37 @@ def cmd_run(args) -> int:
 
     check_flags(args, ["--seed", "--seeds"])
     if args.json is not None:
-        check_output_file("--json", args.json)  # before the run: a bad path must not cost the results
+        check_output_file("--json", args.json, force=args.force)  # before the run: a bad path must not cost the results
     sc = scenario_from_args(args)
     pol = policy_overrides(args)
     _validate_policies(pol)
     qps = sc.target_qps()
+    qps = qps if np.isfinite(qps) else None  # a zero-span trace replayed at its own timestamps: no rate
     results = []
     for seed in range(args.seed, args.seed + args.seeds):
         sim = sc.simulator(seed, **pol)
+        sc.check_horizon(sim.workload, None if np.isinf(sim.horizon) else sim.horizon)
         sim.run()
         s = summarize(sim)
-        s.update({"scenario": sc.name, "seed": seed, "qps": qps,
+        s.update({"scenario": sc.name, "seed": seed, "qps": qps, "rate": sc.rate_setting(),
                   "router": sim.router.name, "admission": sim.admission.name,
                   "flow_control": sim.flow.name if sim.flow else None})
         if sim.pd is not None:  # a cluster with a prefill pool, or pd-aggregated
             s["pd"] = sim.pd.name
+        # what ran, parameters included (a spec given, an --epp-config's weights, the scenario's)
+        s["policy_specs"] = {k: _spec(pol.get(k, getattr(sc.gateway, k)), s.get(k))
+                             for k in ("router", "flow_control", "admission", "pd") if k in s}
         results.append(s)
         _print_summary(s)
     if args.json is not None:
         write_results(args.json, json.dumps(results, indent=2, default=float), "--json")
         print(f"wrote {args.json}")
     return 0
+
+
+def _spec(given, name):
+    """A policy as given (a spec string with its parameters), else its name."""
+    return given if isinstance(given, str) else name
 
 
 def write_results(path, text: str, flag: str) -> None:
@@ -194,11 +212,14 @@ def _fmt(v, scale=1.0, digits=3):
 
 
 def _print_summary(s: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    title = (f"{s['scenario']} @ {s['qps']:.3g} req/s, seed {s['seed']}: router={s['router']}, "
-             f"flow-control={s['flow_control']}, admission={s['admission']}")
+    rate = f"{s['qps']:.3g} req/s" if s["qps"] is not None else "its own timestamps"
+    if s.get("rate") and not s["rate"].startswith("qps="):  # --paper-qps 16: say so, and what it means
+        rate = f"{s['rate'].replace('_', '-')} ({rate})"
+    specs = s.get("policy_specs") or {k: s.get(k) for k in ("router", "flow_control", "admission", "pd") if k in s}
+    title = f"{s['scenario']} @ {rate}, seed {s['seed']}: " + ", ".join(
+        f"{k.replace('_', '-')}={v}" for k, v in specs.items())
     t = Table(title=title)
     classes = s["classes"]
     evicting = any(c.get("evicted", 0) for c in classes.values())  # a column only where the gateway evicts
@@ -213,8 +234,8 @@ def _print_summary(s: dict) -> None:
                   _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
                   _fmt(c["ttft_p99"]), _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["tpot_p99"], 1e3, 1) + "ms",
                   _fmt(c["e2e_p99"]), _fmt(c["throughput_rps"], 1, 2), _fmt(c["output_tokens_per_s"], 1, 0))
-    console = Console(width=max(Console().width, 160))  # keep all columns when piped
-    console.print(t)
+    console = tables.console()
+    tables.print_table(t, console)
     console.print(f"times in seconds; prefix-hit token ratio {s['prefix_hit_token_ratio']:.3f}; "
                   f"preemptions {s['preemptions']}; simulated {s['sim_seconds']:.1f} s in {s['wall_seconds']:.2f} s wall")
 
@@ -261,13 +282,26 @@ def _describe(sc, seed: int) -> int:
     return 0
 
 
+def _param_text(name: str, tp, default) -> str:
+    """``lam=0.6 in [0, 1]``: a policy parameter's default and declared range."""
+    from .validation import split_range
+
+    value = f"{default:.4g}" if isinstance(default, float) else str(default)
+    rng = split_range(tp)[1]
+    return f"{name}={value}" + (f" {rng}" if rng else "")
+
+
 def cmd_policies(args) -> int:
-    from .gateway.policy import list_policies, policy_parameters
+    import inspect
+
+    from .gateway.policy import list_policies
+    from .validation import signature_params
 
     for role in ("routing", "usage-limit", "admission", "scaling", "pd"):
         print(f"{role}:")
         for name, factory in list_policies(role).items():
-            params = ", ".join(f"{k}={v}" for k, v in policy_parameters(factory).items())
+            params = ", ".join(_param_text(k, tp, v) for k, tp, v in signature_params(factory)
+                               if v is not inspect.Parameter.empty)
             print(f"  {name:26s} {getattr(factory, 'description', '')}" + (f"  [{params}]" if params else ""))
     return 0
 
@@ -289,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1")
     p.add_argument("--json", help="write the summaries as a JSON list (one object per seed) to this path")
+    add_force_arg(p)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("scenarios", help="list scenarios, or --describe NAME")
@@ -315,8 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ConfigError, PolicyError) as e:
-        msg = " ".join(str(e).split())  # one line, whatever the message
-        print(f"llmsched-gym {args.command}: error: {msg}", file=sys.stderr)
+        print(f"llmsched-gym {args.command}: error: {one_line(str(e))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as e:  # a path the system refuses (too long, not a file): named, as any bad input
+        print(f"llmsched-gym {args.command}: error: {one_line(f'{e.filename}: {e.strerror or e}')}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

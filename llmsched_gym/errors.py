@@ -8,6 +8,20 @@ from __future__ import annotations
 
 import numbers
 
+#: The longest word an error message shows whole; a longer value (a pasted file, a
+#: runaway argument) shows its start and end and how long it is.
+LONGEST_WORD = 200
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line, each overlong word elided in the middle."""
+    words = []
+    for w in message.split():
+        if len(w) > LONGEST_WORD:
+            w = f"{w[:120]}...[{len(w):,} characters]...{w[-40:]}"
+        words.append(w)
+    return " ".join(words)
+
 
 class ConfigError(ValueError):
     """A scenario, preset, policy name or keyword argument is invalid."""

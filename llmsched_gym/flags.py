@@ -11,14 +11,30 @@ from __future__ import annotations
 
 from .errors import ConfigError
 from .evaluation.backends import BACKENDS, make_backend
-from .validation import check_name, check_number
+from .validation import (
+    CPU_KV_GB,
+    INSTANCES,
+    LINK_GBPS,
+    LOAD,
+    MAX_INSTANCES,
+    MAX_TIME_SCALE,
+    QPS,
+    REQUESTS,
+    SECONDS,
+    SEED,
+    SEEDS,
+    WORKERS,
+    check_name,
+    check_number,
+)
 
 #: Numeric flags shared by ``run`` / ``compare`` and what they allow.
 FLAG_RULES = {
-    "--seed": {"integer": True, "ge": 0}, "--seeds": {"integer": True, "ge": 1},
-    "--qps": {"gt": 0}, "--load": {"gt": 0}, "--paper-qps": {"gt": 0}, "--instances": {"integer": True, "ge": 1},
-    "--horizon": {"gt": 0}, "--duration": {"gt": 0}, "--time-scale": {"gt": 0}, "--limit": {"integer": True, "ge": 1},
-    "--critical-share": {"ge": 0, "le": 1}, "--workers": {"integer": True, "ge": 1},
+    "--seed": SEED, "--seeds": SEEDS, "--qps": QPS, "--load": LOAD, "--paper-qps": QPS, "--instances": INSTANCES,
+    "--horizon": SECONDS, "--duration": SECONDS, "--time-scale": {"gt": 0, "le": MAX_TIME_SCALE},
+    "--limit": REQUESTS, "--critical-share": {"ge": 0, "le": 1}, "--workers": WORKERS,
+    "--cpu-kv-gb": CPU_KV_GB, "--cpu-link-gbps": LINK_GBPS, "--kv-link-gbps": LINK_GBPS,
+    "--kv-link-latency": {"ge": 0, "le": 60}, "--prefill-instances": {"integer": True, "ge": 0, "le": MAX_INSTANCES - 1},
 }
 
 
@@ -44,6 +60,11 @@ def policy_overrides(args) -> dict:
 
         out = epp_overrides(args.epp_config, out)
     return out
+
+
+def add_force_arg(p) -> None:
+    """``--force`` on parser ``p``: replace existing results (refused without it)."""
+    p.add_argument("--force", action="store_true", help="replace an existing output file or directory's results")
 
 
 def add_window_args(p) -> None:

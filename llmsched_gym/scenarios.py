@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import yaml
 
 from .capacity import METHOD, capacity_record, steady_state
@@ -39,12 +40,21 @@ from .simulator import (
     Simulator,
     check_kv_blocks,
 )
-from .validation import POSITIVE_INT, check_fields, check_name, check_number, check_seed, invalid
+from .validation import (
+    LOAD,
+    QPS,
+    REQUESTS,
+    SECONDS,
+    check_fields,
+    check_name,
+    check_number,
+    check_seed,
+    checked_keywords,
+    invalid,
+)
 from .workloads.synthetic import WorkloadSpec, generate
+from .workloads.trace_registry import trace_dir
 from .workloads.workload import Workload, merge_workloads
-
-#: Default location of the shipped public traces: ``../shared/traces`` beside the repository.
-DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
 @dataclass
@@ -68,7 +78,7 @@ class TraceSource:
     def resolve(self) -> Path:
         p = Path(self.path).expanduser()
         if not p.is_absolute():
-            p = Path(os.environ.get("LLMSCHED_TRACE_DIR", DEFAULT_TRACE_DIR)) / p
+            p = trace_dir() / p
         if not p.exists():
             from .workloads.trace_registry import locate  # a trace name, or a path under the download cache
 
@@ -118,6 +128,7 @@ _CLUSTER_OPTION_DEFAULTS = {"cpu_kv_gb": 0.0, "cpu_link_gbps": None, "cpu_kv_eve
                             "kv_link": "rdma", "kv_link_gbps": None, "kv_link_latency_s": None}
 
 
+@checked_keywords
 @dataclass
 class Scenario:
     """One experiment setting.
@@ -189,25 +200,63 @@ class Scenario:
         return replace(self, qps=float(qps), load=None, paper_qps=None)
 
     # ------------------------------------------------------------------ building
+    def rate_setting(self) -> str | None:
+        """The rate this scenario was given as ``qps=...`` (or load, paper_qps; None: the
+        workload's own rate), for messages."""
+        setting = {k: getattr(self, k) for k in ("qps", "load", "paper_qps") if getattr(self, k) is not None}
+        setting = setting or dict(self.default_rate)
+        return ", ".join(f"{k}={v:g}" for k, v in setting.items()) or None
+
+    def _checked_qps(self) -> float:
+        """:meth:`target_qps`, within the rate any real cluster takes (a load far above
+        capacity, or a trace squeezed by a tiny time scale, is an error)."""
+        qps = self.target_qps()
+        if qps > QPS["le"]:
+            raise ConfigError(f"{self.rate_setting()} is invalid; it means {qps:.4g} req/s, above the "
+                              f"{QPS['le']:g} req/s any real cluster takes")
+        return qps
+
+    @checked_keywords
+    def check_size(self, rate: str | None = None) -> None:
+        """The rate within what a real cluster takes, and the requests it generates within
+        what one simulation holds, before any is allocated; ``rate`` names the setting
+        in the message (default: this scenario's)."""
+        qps = self._checked_qps()
+        factor = qps / self.base_rate()
+        expected = sum(s.num_requests if s.num_requests is not None else s.arrival.rate * factor * s.duration_s
+                       for s in self.specs)
+        if expected > REQUESTS["le"]:
+            window = ", ".join(f"{s.duration_s:g} s" for s in self.specs if s.duration_s is not None)
+            raise ConfigError(f"{rate or self.rate_setting() or f'qps={qps:g}'} is invalid for scenario "
+                              f"{self.name!r}: about {expected:.3g} requests over its {window} arrival window, more "
+                              f"than the {REQUESTS['le']:,} one simulation takes; lower the rate or the window "
+                              "(duration_s)")
+
     def build_workload(self, seed: int = 0) -> Workload:
         """The requests of this scenario for ``seed`` (same seed, same requests)."""
         check_seed("seed", seed)
-        qps = self.target_qps()
-        factor = qps / self.base_rate()
         if isinstance(self.workload, TraceSource):
             from .workloads.traces import assign_priorities
 
             w = self.workload.load()
-            w = w.scaled(1.0 / factor) if factor != 1.0 else w
+            if self.rate_setting() is not None:
+                if w.duration_s <= 0:  # no span, no rate: nothing to rescale
+                    raise ConfigError(f"{self.rate_setting()} does not apply to trace {self.workload.path}: its "
+                                      f"{len(w)} request(s) all arrive at t={w.arrival_s[0]:g} s (a zero time span); "
+                                      "replay it at its own timestamps (no rate)")
+                w = w.scaled(w.mean_rate / self._checked_qps())
             if self.workload.critical_share is not None:
                 w = assign_priorities(w, self.workload.critical_share, seed=seed)
             return w
+        self.check_size()
+        factor = self.target_qps() / self.base_rate()
         parts = []
         for k, spec in enumerate(self.specs):
             s = replace(spec, arrival=replace(spec.arrival, rate=spec.arrival.rate * factor))
             parts.append(generate(s, seed=seed * 1000 + k))
         return parts[0] if len(parts) == 1 else merge_workloads(parts, name=self.name)
 
+    @checked_keywords
     def simulator(self, seed: int = 0, *, router=None, flow_control=..., admission=None,
                   workload: Workload | None = None, horizon_s=..., batch: bool = True, **gateway) -> Simulator:
         """A :class:`Simulator` of this scenario; policy arguments override the defaults.
@@ -226,8 +275,45 @@ class Scenario:
         if flow_control is not ...:
             gateway["flow_control"] = flow_control
         g = replace(self.gateway, **gateway)  # validated together (GatewayConfig.__post_init__)
-        return Simulator(workload if workload is not None else self.build_workload(seed), self.cluster, g,
-                         seed=seed, horizon_s=self.horizon_s if horizon_s is ... else horizon_s, batch=batch)
+        horizon_s = self.horizon_s if horizon_s is ... else horizon_s
+        if workload is None:
+            workload = self.build_workload(seed)
+            self._check_servable(workload)
+        return Simulator(workload, self.cluster, g, seed=seed, horizon_s=horizon_s, batch=batch)
+
+    def check_runnable(self, seed: int = 0) -> None:
+        """What :meth:`simulator` and :meth:`check_horizon` check, on the workload of
+        ``seed``, before any simulation (a study's points, before their cells)."""
+        w = self.build_workload(seed)
+        self._check_servable(w)
+        self.check_horizon(w, self.horizon_s)
+
+    def check_horizon(self, w: Workload, horizon_s: float | None) -> None:
+        """A run (not an RL episode, which may be empty) whose horizon ends before its
+        first request is an error naming both, not a table of dashes."""
+        if horizon_s is not None and len(w) and w.arrival_s[0] >= horizon_s:
+            raise ConfigError(f"horizon_s={horizon_s:g}: no request arrives before it (the first at "
+                              f"t={w.arrival_s[0]:.4g} s with {self.rate_setting() or 'the workload rate'}); "
+                              "raise the horizon or the rate")
+
+    def _check_servable(self, w: Workload) -> None:
+        """A workload with no request, or none that fits one instance's KV cache, is an
+        error naming the cause (not a table of dashes or of drops)."""
+        if len(w) == 0:
+            raise ConfigError(f"{self.rate_setting() or 'the workload rate'}: no request arrives in the arrival "
+                              f"window of scenario {self.name!r}; raise the rate or the window (duration_s)")
+        c = self.cluster
+        bs, blocks = c.engine.block_size, c.total_blocks()
+        need = int(np.min(-(-(w.input_tokens + w.output_tokens) // bs)))
+        if need > blocks:
+            raise ConfigError(f"cluster.kv_blocks={blocks}: a KV cache of {blocks} blocks of {bs} tokens per "
+                              f"instance is smaller than any request (the smallest needs {need} blocks), so every "
+                              f"request would be dropped; give kv_blocks >= {need}")
+        max_len = c.engine.max_model_len
+        if max_len is not None and int(np.min(w.input_tokens + w.output_tokens)) > max_len:
+            raise ConfigError(f"cluster.engine.max_model_len={max_len} is shorter than any request (the shortest "
+                              f"has {int(np.min(w.input_tokens + w.output_tokens))} tokens), so every request "
+                              "would be dropped")
 
     def to_dict(self) -> dict:
         """YAML-ready description (what :func:`scenario_from_dict` reads back)."""
@@ -294,13 +380,11 @@ _OVERRIDES = {"qps", "load", "paper_qps", "instances", "horizon_s", "router", "f
               "eviction"}
 #: make_scenario keywords: numeric rules (the rest are names, policies or paths).
 SCENARIO_OVERRIDE_RULES = {
-    "qps": {"gt": 0}, "load": {"gt": 0}, "paper_qps": {"gt": 0},
-    "instances": POSITIVE_INT, "horizon_s": {"gt": 0, "none_ok": True}, "capacity_horizon_s": {"gt": 0},
-    "duration_s": {"gt": 0}, "num_requests": POSITIVE_INT, "scrape_interval_s": {"ge": 0},
-    "cpu_kv_gb": {"ge": 0}, "cpu_link_gbps": {"gt": 0, "none_ok": True},
-    "prefill_instances": {"integer": True, "ge": 0}, "kv_link_gbps": {"gt": 0, "none_ok": True},
-    "kv_link_latency_s": {"ge": 0, "none_ok": True},
-}
+    "qps": QPS, "load": LOAD, "paper_qps": QPS,
+    "horizon_s": SECONDS | {"none_ok": True}, "capacity_horizon_s": SECONDS,
+    "duration_s": SECONDS, "num_requests": REQUESTS,
+} | {k: CLUSTER_RULES[k] for k in ("instances", "scrape_interval_s", "cpu_kv_gb", "cpu_link_gbps",
+                                   "prefill_instances", "kv_link_gbps", "kv_link_latency_s")}
 
 
 def check_scenario_overrides(overrides: dict) -> None:
@@ -403,7 +487,7 @@ def _known(path: str, d, allowed) -> dict:
 
 #: Numeric rules of the YAML sections, by the class each section builds.
 _YAML_RULES = {"ClusterConfig": CLUSTER_RULES, "EngineConfig": ENGINE_RULES, "GatewayConfig": GATEWAY_RULES,
-               "TraceSource": {"limit": {"integer": True, "ge": 1, "none_ok": True},
+               "TraceSource": {"limit": REQUESTS | {"none_ok": True},
                                "critical_share": {"ge": 0, "le": 1, "none_ok": True}}}
 
 
@@ -471,13 +555,13 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
                 make_policy(spec, role)
             except ConfigError as e:
                 raise ConfigError(f"{source}.gateway.{key}: {e}") from None
-    for k in ("horizon_s", "published_capacity_qps", "capacity_horizon_s"):
-        check_number(f"{source}.{k}", d.get(k), gt=0, none_ok=True)
+    for k, rule in (("horizon_s", SECONDS), ("published_capacity_qps", QPS), ("capacity_horizon_s", SECONDS)):
+        check_number(f"{source}.{k}", d.get(k), **rule, none_ok=True)
     default_rate = _known(f"{source}.default_rate", d.get("default_rate") or {}, {"qps", "load", "paper_qps"})
     if len(default_rate) > 1:
         raise ConfigError(f"{source}.default_rate: give at most one of qps, load, paper_qps")
     for k, v in default_rate.items():
-        check_number(f"{source}.default_rate.{k}", v, gt=0)
+        check_number(f"{source}.default_rate.{k}", v, **SCENARIO_OVERRIDE_RULES[k])
     sc = Scenario(name=str(d["name"]), description=str(d.get("description", "")), cluster=cluster,
                   workload=workload, gateway=gateway, horizon_s=d.get("horizon_s"),
                   published_capacity_qps=d.get("published_capacity_qps"),
@@ -487,10 +571,11 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
     if len(rate) > 1:
         raise ConfigError(f"{source}: give at most one of qps, load, paper_qps")
     for k, v in rate.items():
-        setattr(sc, k, check_number(f"{source}.{k}", v, gt=0))
+        setattr(sc, k, check_number(f"{source}.{k}", v, **SCENARIO_OVERRIDE_RULES[k]))
     return sc
 
 
+@checked_keywords
 def load_scenario(path: "str | os.PathLike") -> Scenario:
     """Read a scenario from a YAML file (schema: see docs/scenarios.md)."""
     p = Path(path)
@@ -514,6 +599,7 @@ def is_stable(scenario: Scenario, qps: float, seed: int = 0) -> tuple[bool, int]
     return check.stable, check.waiting_end
 
 
+@checked_keywords
 def measure_capacity(scenario: Scenario, *, rel_tol: float = 0.02, seed: int = 0, use_cache: bool = True) -> float:
     """Highest request rate (req/s) the cluster sustains in steady state (see
     :func:`is_stable` and docs/scenarios.md, "Rates and capacity").

@@ -40,7 +40,21 @@ from .gateway.eviction import EvictionConfig
 from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, check_policy_ref, make_policy
 from .gateway.saturation import SaturationConfig
 from .gateway.view import RequestInfo, RouterView
-from .validation import POSITIVE_INT, check_fields, check_keys, invalid
+from .validation import (
+    CPU_KV_GB,
+    INSTANCES,
+    LIMIT_WHY,
+    LINK_GBPS,
+    MAX_INSTANCES,
+    MAX_KV_BLOCKS,
+    MAX_TOKENS,
+    REQUESTS,
+    SECONDS,
+    check_fields,
+    check_keys,
+    checked_keywords,
+    invalid,
+)
 from .workloads.workload import Workload
 
 EXTERNAL = "external"  # router placeholder: routing decisions are taken via Simulator.route()
@@ -49,13 +63,17 @@ UNLIMITED_BLOCKS = 2**40
 # ====================================================================== field rules
 #: Ranges of the configs' numeric fields (:func:`~llmsched_gym.validation.check_number`
 #: keywords); the other fields are checked against their annotations.
-CLUSTER_RULES = {"instances": POSITIVE_INT, "tp": POSITIVE_INT, "gpu_memory_utilization": {"gt": 0, "le": 1},
-                 "scrape_interval_s": {"ge": 0}, "cpu_kv_gb": {"ge": 0}, "cpu_link_gbps": {"gt": 0, "none_ok": True},
-                 "cold_start_s": {"ge": 0, "none_ok": True}, "prefill_instances": {"integer": True, "ge": 0},
-                 "kv_link_gbps": {"gt": 0, "none_ok": True}, "kv_link_latency_s": {"ge": 0, "none_ok": True}}
-ENGINE_RULES = {"max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT, "block_size": POSITIVE_INT,
-                "max_model_len": {"integer": True, "ge": 1, "none_ok": True}}
-GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": POSITIVE_INT, "dispatch_interval_s": {"gt": 0}}
+CLUSTER_RULES = {"instances": INSTANCES, "tp": {"integer": True, "ge": 1, "le": 64},
+                 "gpu_memory_utilization": {"gt": 0, "le": 1}, "scrape_interval_s": {"ge": 0, "le": 3600},
+                 "cpu_kv_gb": CPU_KV_GB, "cpu_link_gbps": LINK_GBPS,
+                 "cold_start_s": {"ge": 0, "le": 3600, "none_ok": True},
+                 "prefill_instances": {"integer": True, "ge": 0, "le": MAX_INSTANCES - 1},
+                 "kv_link_gbps": LINK_GBPS, "kv_link_latency_s": {"ge": 0, "le": 60, "none_ok": True}}
+ENGINE_RULES = {"max_num_seqs": {"integer": True, "ge": 1, "le": 4096},
+                "max_num_batched_tokens": {"integer": True, "ge": 1, "le": 2**20},
+                "block_size": {"integer": True, "ge": 1, "le": 4096},
+                "max_model_len": {"integer": True, "ge": 1, "le": MAX_TOKENS, "none_ok": True}}
+GATEWAY_RULES = {"ttl_s": SECONDS, "band_capacity": REQUESTS, "dispatch_interval_s": {"gt": 0, "le": 3600}}
 
 
 def check_kv_blocks(field: str, value) -> None:
@@ -64,6 +82,8 @@ def check_kv_blocks(field: str, value) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise invalid(field, value, "use an integer > 0, 'unlimited' or none (derived from GPU memory)")
+    if value > MAX_KV_BLOCKS:
+        raise invalid(field, value, f"use an integer in [1, {MAX_KV_BLOCKS}], 'unlimited' or none; {LIMIT_WHY}")
 
 
 def _check_engine(engine, prefix: str) -> None:
@@ -89,12 +109,28 @@ def check_cluster(c, prefix: str = "cluster") -> None:
         raise invalid(f"{prefix}.prefill_instances", c.prefill_instances,
                       f"it must leave a decode instance: an integer in [0, {c.instances - 1}] for {c.instances} "
                       "instances (0: every instance aggregated)")
+    _check_applies(c, prefix)
     from .engine.hardware import get_kv_link
 
     try:
         get_kv_link(c.kv_link)
     except ConfigError as e:
         raise ConfigError(f"{prefix}.{e}") from None
+
+
+def _check_applies(c, prefix: str) -> None:
+    """Options of a CPU tier or of P/D pools set on a cluster without one are errors, not
+    silently ignored."""
+    if not c.cpu_kv_gb:
+        for name, default in (("cpu_kv_shared", False), ("cpu_link_gbps", None), ("cpu_kv_events", True)):
+            if getattr(c, name) != default:
+                raise invalid(f"{prefix}.{name}", getattr(c, name), "it applies only to a CPU KV tier, and the "
+                              "cluster has none (set cpu_kv_gb > 0, --cpu-kv-gb)")
+    if not c.prefill_instances:
+        for name in ("kv_link_gbps", "kv_link_latency_s"):
+            if getattr(c, name) is not None:
+                raise invalid(f"{prefix}.{name}", getattr(c, name), "it applies only to P/D disaggregation, and "
+                              "the cluster has no prefill pool (set prefill_instances >= 1, --prefill-instances)")
 
 
 def check_gateway(g, prefix: str = "gateway") -> None:
@@ -108,6 +144,7 @@ def check_gateway(g, prefix: str = "gateway") -> None:
 # ====================================================================== configs
 
 
+@checked_keywords
 @dataclass
 class ClusterConfig:
     """Hardware, model and engine of a homogeneous cluster.
@@ -220,6 +257,7 @@ class ClusterConfig:
                                   block_size=self.engine.block_size)
 
 
+@checked_keywords
 @dataclass
 class GatewayConfig:
     """Admission, flow control and routing in front of the instances (docs/architecture.md).
@@ -262,6 +300,7 @@ class GatewayConfig:
         check_gateway(self)  # policy references, types and ranges
 
 
+@checked_keywords
 class Simulator:
     """One cluster serving one workload, simulated by the compiled engine.
 
@@ -649,6 +688,7 @@ class Simulator:
                 self.router.on_finish(r, i)
 
 
+@checked_keywords
 class SimulatorBatch:
     """Several simulators advanced by one compiled call over shared arrays.
 
@@ -726,6 +766,7 @@ class SimulatorBatch:
         return [STATUS_NAMES[status[c]] for c in clusters]
 
 
+@checked_keywords
 def simulate_batch(specs: list[dict]) -> list[Simulator]:
     """Run several simulations as one batched computation; returns the finished simulators.
 

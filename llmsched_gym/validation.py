@@ -35,6 +35,8 @@ import types
 import typing
 from pathlib import Path
 
+from annotated_types import Interval
+
 from .errors import ConfigError, MissingExtraError, OutputError
 
 #: How to install the reinforcement-learning extra (torch, stable-baselines3, sb3-contrib).
@@ -49,8 +51,49 @@ def invalid(field: str, value, want: str) -> ConfigError:
     return ConfigError(f"{field}={value!r} is invalid; {want}")
 
 
+# ====================================================================== limits
+# Upper bounds of sizes, rates and counts, each well beyond any real serving cluster: a
+# slip (1e9 for 1e3, an extra zero) is an error before anything is allocated or
+# simulated, not an allocation of terabytes or a run that never ends.
+MAX_INSTANCES = 1024  # instances (GPU groups) behind one gateway
+MAX_QPS = 100_000.0  # requests/s into one cluster
+MAX_LOAD = 10.0  # times the cluster's capacity
+MAX_SECONDS = 30 * 86400.0  # simulated seconds: a month
+MAX_REQUESTS = 10_000_000  # requests in one simulation
+MAX_TOKENS = 2**24  # tokens of one request (a 16M context)
+MAX_SEEDS = 1000  # seeds of one run or study
+MAX_SEED = 2**31 - 1
+MAX_WORKERS = 1024  # worker processes or Ray CPUs
+MAX_KV_BLOCKS = 2**32  # KV blocks per instance (billions of tokens)
+MAX_CPU_KV_GB = 100_000.0  # a CPU KV tier: 100 TB
+MAX_LINK_GBPS = 10_000.0  # a host or KV link, GB/s
+MAX_TIME_SCALE = 1e6  # a trace's inter-arrival times stretched or squeezed by at most this
+#: What an upper-bound error adds, so the user sees why the limit is there.
+LIMIT_WHY = "larger is beyond what any real cluster or study needs"
+
+
+# Declared ranges of policy parameters: a constructor annotates each parameter once
+# (``lam: Fraction = 0.6``), and that one declaration is what ``make_policy`` (and so
+# the EPP import and export) validates and what ``llmsched-gym policies`` lists.
+def ranged(tp, *, gt=None, ge=None, lt=None, le=None):
+    """``tp`` restricted to a range, e.g. ``ranged(int, ge=0, le=64)``."""
+    return typing.Annotated[tp, Interval(gt=gt, ge=ge, lt=lt, le=le)]
+
+
+Fraction = ranged(float, ge=0, le=1)
+Weight = ranged(float, ge=0, le=1e6)  # a score weight or factor
+PositiveWeight = ranged(float, gt=0, le=1e6)
+Seconds = ranged(float, gt=0, le=MAX_SECONDS)
+NonNegativeSeconds = ranged(float, ge=0, le=MAX_SECONDS)
+Tokens = ranged(int, ge=1, le=MAX_TOKENS)  # a token or block count
+NonNegativeTokens = ranged(int, ge=0, le=MAX_TOKENS)
+Count = ranged(int, ge=1, le=MAX_REQUESTS)
+
+
 # ====================================================================== numbers and names
 def _fmt(x) -> str:
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))  # 2592000, not 2.592e+06
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
@@ -64,11 +107,12 @@ def _range_text(gt, ge, lt, le) -> str:
 
 
 def check_number(field: str, value, *, gt=None, ge=None, lt=None, le=None, integer: bool = False,
-                 none_ok: bool = False, finite: bool = True):
+                 none_ok: bool = False, finite: bool = True, why: str | None = None):
     """``value`` as an int (``integer``) or float in the given range, else ConfigError.
 
     Rejects bools, strings and (unless ``finite=False``) NaN and infinities. ``none_ok``
-    lets None through (returned as None).
+    lets None through (returned as None). ``why`` follows an upper-bound error (why the
+    bound is there).
     """
     if value is None and none_ok:
         return None
@@ -85,15 +129,20 @@ def check_number(field: str, value, *, gt=None, ge=None, lt=None, le=None, integ
         v = float(value)
         if math.isnan(v) or (finite and not math.isfinite(v)):
             raise invalid(field, value, want)
-    if ((gt is not None and not v > gt) or (ge is not None and not v >= ge)
-            or (lt is not None and not v < lt) or (le is not None and not v <= le)):
+    if (gt is not None and not v > gt) or (ge is not None and not v >= ge):
         raise invalid(field, value, want)
+    if (lt is not None and not v < lt) or (le is not None and not v <= le):
+        raise invalid(field, value, f"{want}; {why}" if why else want)
     return v
 
 
+#: The rule of a seed (``check_number(field, v, **SEED)``).
+SEED = {"integer": True, "ge": 0, "le": MAX_SEED, "why": LIMIT_WHY}
+
+
 def check_seed(field: str, value) -> int:
-    """A seed: an integer >= 0."""
-    return check_number(field, value, integer=True, ge=0)
+    """A seed: an integer in [0, MAX_SEED]."""
+    return check_number(field, value, **SEED)
 
 
 def check_name(field: str, value, *, none_ok: bool = False, what: str = "a name") -> str | None:
@@ -132,8 +181,21 @@ _NAMES = {bool: "true or false", int: "an integer", float: "a finite number", st
           list: "a list", tuple: "a list", _NONE: "none"}
 
 
+def split_range(tp) -> tuple[object, str]:
+    """(base annotation, range text) of ``Annotated[base, Interval(...)]``; else (tp, "")."""
+    if typing.get_origin(tp) is not typing.Annotated:
+        return tp, ""
+    base, *meta = typing.get_args(tp)
+    rng = [_range_text(m.gt, m.ge, m.lt, m.le) for m in meta if isinstance(m, Interval)]
+    return base, " ".join(filter(None, rng))
+
+
 def describe_type(tp) -> str:
     """What a value of annotation ``tp`` looks like, in words (for error messages)."""
+    base, rng = split_range(tp)
+    if rng:
+        return f"{describe_type(base)} {rng}"
+    tp = base
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -150,6 +212,9 @@ def type_name(tp) -> str:
     """Short annotation text: ``float``, ``int | None``."""
     if tp is None or tp is inspect.Parameter.empty:
         return ""
+    base, rng = split_range(tp)
+    if rng:
+        return f"{type_name(base)} {rng}"
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         return " | ".join(type_name(a) for a in typing.get_args(tp))
@@ -170,8 +235,9 @@ def _adapter(tp):
 
 
 def _plain(v):
-    """numpy scalars as Python scalars (so strict validation accepts them)."""
-    if type(v).__module__ == "numpy" and hasattr(v, "item"):
+    """numpy scalars as Python scalars (so strict validation accepts them); arrays, even
+    of one element, stay arrays."""
+    if type(v).__module__ == "numpy" and hasattr(v, "item") and getattr(v, "shape", None) == ():
         try:
             return v.item()
         except (TypeError, ValueError):
@@ -210,7 +276,7 @@ def check_typed(field: str, value, tp):
 def _hints(obj) -> dict:
     target = obj.__init__ if inspect.isclass(obj) else obj
     try:
-        return typing.get_type_hints(target)
+        return typing.get_type_hints(target, include_extras=True)  # keeps declared ranges (Annotated)
     except Exception:
         return {}
 
@@ -301,9 +367,45 @@ def check_call_kwargs(owner: str, func, kwargs: dict, *, what: str = "parameter"
     return out
 
 
+def checked_keywords(obj):
+    """Decorator for a public function or class: a call with an unknown, missing or
+    repeated argument is a ConfigError naming what it takes, like every other bad input,
+    not Python's TypeError."""
+    if inspect.isclass(obj):
+        obj.__init__ = _checked(obj.__init__, obj.__name__)
+        return obj
+    return _checked(obj, obj.__qualname__)
+
+
+def _checked(func, name: str):
+    sig = inspect.signature(func)
+    takes = ", ".join(p for p in sig.parameters if p != "self")
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:  # Python's message, without its qualified name
+            why = str(e).replace(f"{func.__qualname__}() ", "").replace(f"{func.__name__}() ", "")
+            raise ConfigError(f"{name}: {why}; it takes {takes}") from None
+        return func(*args, **kwargs)
+
+    return call
+
+
 # ====================================================================== rule tables
 #: The rule of a count that must be at least one (``check_number(field, v, **POSITIVE_INT)``).
 POSITIVE_INT = {"integer": True, "ge": 1}
+#: Rules of the quantities every entry point shares (flags, scenario keywords, YAML).
+INSTANCES = {"integer": True, "ge": 1, "le": MAX_INSTANCES, "why": LIMIT_WHY}
+QPS = {"gt": 0, "le": MAX_QPS, "why": LIMIT_WHY}
+LOAD = {"gt": 0, "le": MAX_LOAD, "why": LIMIT_WHY}
+SECONDS = {"gt": 0, "le": MAX_SECONDS, "why": LIMIT_WHY}
+REQUESTS = {"integer": True, "ge": 1, "le": MAX_REQUESTS, "why": LIMIT_WHY}
+SEEDS = {"integer": True, "ge": 1, "le": MAX_SEEDS, "why": LIMIT_WHY}
+WORKERS = {"integer": True, "ge": 1, "le": MAX_WORKERS, "why": LIMIT_WHY}
+CPU_KV_GB = {"ge": 0, "le": MAX_CPU_KV_GB, "why": LIMIT_WHY}
+LINK_GBPS = {"gt": 0, "le": MAX_LINK_GBPS, "none_ok": True, "why": LIMIT_WHY}
 
 
 def check_fields(prefix: str, cls, values: dict, rules: dict, skip=()) -> None:
@@ -366,9 +468,29 @@ def _probe_writable(field: str, target, d: Path) -> None:
         raise OutputError(f"{field}={str(target)!r} is invalid; cannot write in {d} ({e.strerror or e})") from None
 
 
-def check_output_file(field: str, path) -> Path:
+def _path_checked(check):
+    """An OSError of the check itself (a name too long, a component not a directory) is
+    an OutputError naming the field."""
+
+    @functools.wraps(check)
+    def run(field: str, path, *args, **kwargs):
+        try:
+            return check(field, path, *args, **kwargs)
+        except OSError as e:
+            raise OutputError(f"{field}={str(path)!r} is invalid; {e.strerror or e}") from None
+
+    return run
+
+
+#: What an error about existing results says (the CLI's flag for replacing them).
+FORCE_HINT = "give --force to replace it, or another path"
+
+
+@_path_checked
+def check_output_file(field: str, path, *, force: bool = True) -> Path:
     """A file path results can be written to: not a directory, its directory creatable and
-    writable. Checked before a run; creates nothing."""
+    writable, and (``force=False``) not an existing file. Checked before a run; creates
+    nothing."""
     if path is None or not str(path).strip():
         raise invalid(field, "" if path is None else str(path), "give a file path, e.g. results.json")
     p = Path(path).expanduser()
@@ -378,17 +500,26 @@ def check_output_file(field: str, path) -> Path:
         raise OutputError(f"{field}={str(path)!r} is invalid; it exists and is not a regular file")
     if p.exists() and not os.access(p, os.W_OK):
         raise OutputError(f"{field}={str(path)!r} is invalid; the file is not writable")
+    if p.exists() and not force:
+        raise OutputError(f"{field}={str(path)!r}: the file exists; {FORCE_HINT}")
     _probe_writable(field, path, _nearest_existing(p.parent.resolve() if p.parent != Path("") else Path.cwd()))
     return p
 
 
-def check_output_dir(field: str, path) -> Path:
-    """A directory results can be written into (existing or creatable, writable)."""
+@_path_checked
+def check_output_dir(field: str, path, *, force: bool = True) -> Path:
+    """A directory results can be written into (existing or creatable, writable), and
+    (``force=False``) not one that already holds files."""
     if path is None or not str(path).strip():
         raise invalid(field, "" if path is None else str(path), "give a directory path")
     p = Path(path).expanduser()
     if p.exists() and not p.is_dir():
         raise OutputError(f"{field}={str(path)!r} is invalid; it exists and is not a directory")
+    held = sorted(q.name for q in p.iterdir()) if p.is_dir() else []
+    if held and not force:
+        raise OutputError(f"{field}={str(path)!r}: the directory already holds {len(held)} file(s) "
+                          f"({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}); "
+                          f"{FORCE_HINT.replace('it', 'them', 1)}")
     _probe_writable(field, path, _nearest_existing(p.resolve()))
     return p
 

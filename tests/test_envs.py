@@ -276,7 +276,7 @@ def test_jsq_through_env_matches_cli(tmp_path):
     got = info["episode"]["metrics"]
     for d in (cli, got):
         d.pop("wall_seconds", None)
-    for k in ("scenario", "seed", "qps", "router", "admission", "flow_control"):
+    for k in ("scenario", "seed", "qps", "rate", "router", "admission", "flow_control", "policy_specs"):
         cli.pop(k, None)
     assert json.loads(json.dumps(got, default=float)) == cli
     assert steps == int((~np.isnan(env.unwrapped.simulator.table.dispatch_t)).sum())

@@ -115,3 +115,91 @@ def test_train_steps_round_up_to_whole_rollouts():
     assert rounded_timesteps("ppo", 10, 8, {"n_steps": 256})[0] == 2048
     assert rounded_timesteps("sac", 30_000, 4, {}) == (30_000, "")
     assert rounded_timesteps("sac", 10, 4, {})[0] == 12
+
+
+@pytest.mark.parametrize("width", [60, 80, 120, 200])
+def test_tables_fit_the_terminal_and_cut_no_value(width):
+    """Any table at any terminal width: no line wider than the terminal, every value
+    whole on one line (the parts repeat the row-naming columns)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from llmsched_gym.tables import print_table
+
+    t = Table(title="a title naming what ran")
+    headers = ["point", "policy"] + [f"metric number {i} (ms)" for i in range(12)]
+    for h in headers:
+        t.add_column(h, justify="right")
+    rows = [[f"load={p}", pol] + [f"{1234.5678 * (i + 1) * p:.4f} ±{i}.{p}3 (+{i}%)" for i in range(12)]
+            for p in (1, 2) for pol in ("jsq", "router=llm-d:prefix_weight=2+label=llmd-p2")]
+    for r in rows:
+        t.add_row(*r)
+    buf = io.StringIO()
+    print_table(t, Console(file=buf, width=width), keys=2)
+    lines = buf.getvalue().splitlines()
+    assert max(map(len, lines)) <= width
+    for r in rows:
+        for value in r[2:]:  # values whole on one line
+            assert any(value in ln for ln in lines), (value, width)
+    # row names whole too, wrapped within their column where the terminal is narrow
+    policy_column = "".join(ln.split("│")[2].strip() for ln in lines if ln.count("│") >= 3)
+    for r in rows:
+        assert r[1] in policy_column, (r[1], width)
+    assert sum(ln.count("load=1") for ln in lines) >= (2 if width >= 200 else 4)  # repeated in every part
+
+
+@pytest.mark.parametrize("n_points", [1, 3, 8])
+def test_change_bar_labels_clear_titles_and_each_other(tmp_path, monkeypatch, n_points):
+    """At any number of load points: every label inside its panel (off the title), no two
+    labels overlapping, and the legend over no panel."""
+    import matplotlib.pyplot as plt
+
+    from llmsched_gym.evaluation import plots
+
+    seen = {}
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: (seen.setdefault("fig", fig), real_close(fig)))
+    stats = []
+    for k in range(n_points):
+        for pol in ("base", "a", "b"):
+            for j, (m, _) in enumerate(plots.CHANGE_METRICS):
+                c = 0.0 if j >= 2 else (-0.4 if pol == "a" else 0.3) * (k + 1) / n_points
+                stats.append({"scenario": "s", "class": "critical", "policy": pol, "point": f"load={0.1 * (k + 1):g}",
+                              "metric": m, "change": c, "change_low": c - 0.1, "change_high": c + 0.1})
+    plots.plot_change_bars(stats, tmp_path / "bars.png", scenario="s", baseline="base")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = seen["fig"]
+    FigureCanvasAgg(fig).draw()
+    r = fig.canvas.get_renderer()
+    legend = fig.legends[0].get_window_extent(r)
+    for ax in fig.axes:
+        box = ax.get_window_extent(r)
+        assert not legend.overlaps(box)
+        labels = [t.get_window_extent(r) for t in ax.texts if t.get_text().endswith("%")]
+        assert len(labels) == n_points * len(plots.CHANGE_METRICS)
+        for b in labels:
+            assert box.y0 <= b.y0 and b.y1 <= box.y1, "a label outside its panel (on the title)"
+        for i, b in enumerate(labels):
+            assert not any(b.overlaps(o) for o in labels[i + 1:]), "two labels overlap"
+
+
+def test_headers_name_what_ran(tmp_path, capsys):
+    """The rate as given (--paper-qps), every policy with its parameters (an
+    --epp-config's weights, a spec's), and in compare the roles filled in for every entry."""
+    from llmsched_gym.cli import main
+
+    assert main(["run", "--scenario", "codegen", "--paper-qps", "16", "--horizon", "2",
+                 "--router", "llm-d:prefix_weight=2"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "paper-qps=16 (" in out and "router=llm-d:prefix_weight=2" in out
+    epp = tmp_path / "epp.yaml"
+    assert main(["policies", "--to-epp-config", "llm-d:prefix_weight=2+soft-reflective-ceiling", "--out", str(epp)]) == 0
+    assert main(["run", "--scenario", "codegen", "--qps", "2", "--horizon", "2", "--epp-config", str(epp)]) == 0
+    out = "".join(capsys.readouterr().out.split())  # the header may wrap anywhere
+    assert "prefix_weight=2.0" in out and "flow-control=soft-reflective-ceiling" in out
+    assert main(["compare", "--scenario", "pd-longprompt", "--qps", "2", "--duration", "3", "--seeds", "1",
+                 "--no-plots", "--policies", "pd-always;pd-llmd:threshold=4000+label=llmd4k", "--router", "jsq",
+                 "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    assert "llmd4k = router=jsq, pd=pd-llmd:threshold=4000" in out and "pd-always = router=jsq, pd=pd-always" in out

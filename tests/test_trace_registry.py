@@ -135,3 +135,33 @@ def test_run_trace_by_name(tiny, capsys):
     assert main(["run", "--trace", "tiny", "--instances", "1", "--router", "round-robin"]) == 0
     assert "tiny_trace" in capsys.readouterr().out
     assert main(["run", "--trace", "nosuch-trace"]) == 2
+
+
+def test_readme_layout_without_environment(tmp_path):
+    """`traces list` and `run --trace NAME` find ../shared/traces beside the repository
+    with no LLMSCHED_TRACE_DIR (the README's layout; an empty download cache)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    e = reg.TRACES["azure-2023-code"]
+    if not (SHARED / e.local).exists():
+        pytest.skip(f"{SHARED / e.local} not present")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "LLMSCHED_TRACE_DIR"}
+    env.update(LLMSCHED_CACHE_DIR=str(tmp_path / "cache"), COLUMNS="300",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")])))
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "llmsched_gym.cli", *args], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+
+    listing = cli("traces", "list")
+    assert listing.returncode == 0, listing.stderr
+    line = next(ln for ln in listing.stdout.splitlines() if "azure-2023-code" in ln)
+    assert str(SHARED.resolve() / "azure_llm_2023") in line.replace("\n", ""), line
+    r = cli("run", "--trace", "azure-2023-code", "--instances", "2", "--router", "jsq", "--critical-share", "0.3",
+            "--horizon", "30")
+    assert r.returncode == 0, r.stderr
+    assert "AzureLLMInferenceTrace_code" in r.stdout and "critical" in r.stdout

@@ -99,8 +99,8 @@ def test_space_syntax():
 
 
 @pytest.mark.parametrize("space, needle", [
-    ("bailian:lambda=0..1", "unknown parameter 'lambda'; bailian takes lam: float = 0.6"),
-    ("bailian:lam=0..2", "lam=2.0 is invalid; it must be in [0, 1]"),
+    ("bailian:lambda=0..1", "unknown parameter 'lambda'; bailian takes lam: float in [0, 1] = 0.6"),
+    ("bailian:lam=0..2", "lam=2.0 is invalid; it must be a finite number in [0, 1]"),
     ("bailian:lam=1..0", "low bound 1.0 must be below the high bound 0.0"),
     ("bailian:lam=x..1", "low bound 'x' is not a number"),
     ("bailian:lam=0..1:cubic", "unknown option 'cubic'; allowed after the range: log, int"),

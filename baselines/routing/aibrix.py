@@ -7,6 +7,7 @@ import numpy as np
 from llmsched_gym.engine import api
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import MAX_REQUESTS, Weight, ranged
 
 from .pick import argmin_random, hit_ratio
 
@@ -30,7 +31,7 @@ class AIBrixRouter(RoutingPolicy):
     name = "aibrix"
     description = "AIBrix: least-request if max-min > 8, else best prefix share among load <= mean+std."
 
-    def __init__(self, imbalance: int = 8, std_factor: float = 1.0):
+    def __init__(self, imbalance: ranged(int, ge=0, le=MAX_REQUESTS) = 8, std_factor: Weight = 1.0):
         self.imbalance = imbalance
         self.std_factor = float(std_factor)
 

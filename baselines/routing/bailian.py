@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import ConfigError, check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import Fraction, Weight
 
 from .ledger import TokenLedger
 from .pick import argmin_lowest, hit_ratio, range_normalize
@@ -28,9 +28,7 @@ class BailianRouter(RoutingPolicy):
     name = "bailian"
     description = "Argmin lam*(1-hit) + (1-lam)*norm(in-flight), lam=0.6; lowest-index ties."
 
-    def __init__(self, lam: float = 0.6):
-        if not 0.0 <= lam <= 1.0:
-            raise ConfigError(f"lam={lam!r} is invalid; it must be in [0, 1]")
+    def __init__(self, lam: Fraction = 0.6):
         self.lam = float(lam)
 
     def scores(self, request: RequestInfo, view: RouterView) -> np.ndarray:
@@ -61,9 +59,7 @@ class BailianSamplingRouter(RoutingPolicy):
     name = "bailian-sampling"
     description = "Sample proportional to (hit + free batch + free tokens)/3, range-normalized."
 
-    def __init__(self, a: float = 1 / 3, b: float = 1 / 3, c: float = 1 / 3):
-        for field, value in (("a", a), ("b", b), ("c", c)):
-            check_nonnegative(field, value)
+    def __init__(self, a: Weight = 1 / 3, b: Weight = 1 / 3, c: Weight = 1 / 3):
         self.a, self.b, self.c = float(a), float(b), float(c)
         self._ledger = TokenLedger()
 

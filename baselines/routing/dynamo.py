@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import Weight
 
 from .pick import argmin_random, range_normalize
 from .predict import engine_block_size
@@ -33,9 +33,7 @@ class DynamoRouter(RoutingPolicy):
     name = "dynamo"
     description = "Min w*prefill_blocks + decode_blocks (w=1), optional softmax T; random ties."
 
-    def __init__(self, prefill_weight: float = 1.0, temperature: float = 0.0):
-        check_nonnegative("prefill_weight", prefill_weight)
-        check_nonnegative("temperature", temperature)
+    def __init__(self, prefill_weight: Weight = 1.0, temperature: Weight = 0.0):
         self.prefill_weight = float(prefill_weight)
         self.temperature = float(temperature)
 

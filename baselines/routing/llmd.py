@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import NonNegativeTokens, Tokens, Weight
 
 from .pick import argmax_random, argmin_lowest
 from .predict import ttft_s
@@ -36,14 +36,8 @@ class LLMDRouter(RoutingPolicy):
     name = "llm-d"
     description = "llm-d weighted scorers: queue 2, kv-utilization 2, approximate prefix 3; random ties."
 
-    def __init__(self, queue_weight: float = 2.0, kv_weight: float = 2.0, prefix_weight: float = 3.0,
-                 block_tokens: int = 64, lru_blocks: int = 31_250, max_prefix_blocks: int = 0):
-        for field, value in (("queue_weight", queue_weight), ("kv_weight", kv_weight),
-                             ("prefix_weight", prefix_weight)):
-            check_nonnegative(field, value)
-        check_nonnegative("block_tokens", block_tokens, strict=True)
-        check_nonnegative("lru_blocks", lru_blocks, strict=True)
-        check_nonnegative("max_prefix_blocks", max_prefix_blocks)
+    def __init__(self, queue_weight: Weight = 2.0, kv_weight: Weight = 2.0, prefix_weight: Weight = 3.0,
+                 block_tokens: Tokens = 64, lru_blocks: Tokens = 31_250, max_prefix_blocks: NonNegativeTokens = 0):
         self.weights = np.array([queue_weight, kv_weight, prefix_weight], dtype=np.float64)
         self.block_tokens = int(block_tokens)
         self.lru_blocks = int(lru_blocks)

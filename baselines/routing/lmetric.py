@@ -7,6 +7,7 @@ import numpy as np
 from llmsched_gym.engine import api
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import Count, Seconds, Tokens, ranged
 
 from .hotspot import HotspotDetector, PrefixClass
 from .pick import argmin_lowest
@@ -31,8 +32,8 @@ class LMetricRouter(RoutingPolicy):
     name = "lmetric"
     description = "Min (queued prefill + uncached tokens) x (in-flight + 1), KV-hotspot detector; lowest-index ties."
 
-    def __init__(self, detector: bool = True, window_s: float = 60.0, prefix_blocks: int = 4,
-                 block_tokens: int = 64, top_classes: int = 8, min_samples: int = 20):
+    def __init__(self, detector: bool = True, window_s: Seconds = 60.0, prefix_blocks: Tokens = 4,
+                 block_tokens: Tokens = 64, top_classes: ranged(int, ge=1, le=1024) = 8, min_samples: Count = 20):
         self.detector = bool(detector)
         self._settings = dict(window_s=window_s, prefix_blocks=prefix_blocks, block_tokens=block_tokens,
                               top_classes=top_classes, min_samples=min_samples)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import Seconds
 
 from .predict import tpot_s, ttft_s
 
@@ -27,9 +27,7 @@ class PolyServeRouter(RoutingPolicy):
     name = "polyserve"
     description = "Pack onto the busiest instance predicted to meet TTFT <= 1 s and TPOT <= 200 ms."
 
-    def __init__(self, ttft_slo_s: float = 1.0, tpot_slo_s: float = 0.2):
-        check_nonnegative("ttft_slo_s", ttft_slo_s, strict=True)
-        check_nonnegative("tpot_slo_s", tpot_slo_s, strict=True)
+    def __init__(self, ttft_slo_s: Seconds = 1.0, tpot_slo_s: Seconds = 0.2):
         self.ttft_slo_s = float(ttft_slo_s)
         self.tpot_slo_s = float(tpot_slo_s)
 

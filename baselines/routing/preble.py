@@ -7,9 +7,9 @@ from collections import deque
 import numpy as np
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import Count, Fraction, NonNegativeSeconds, Weight
 
 from .pick import argmin_lowest, hit_ratio
 from .predict import decode_step_s, kv_tokens, prefill_time_s
@@ -42,10 +42,8 @@ class PrebleRouter(RoutingPolicy):
     name = "preble"
     description = "Preble E2: exploit prefix if hit > 50%, else explore min prefill + decode-load cost."
 
-    def __init__(self, exploit_threshold: float = 0.5, initial_tpot_s: float = 0.15,
-                 tpot_window: int = 64, rebalance_ratio: float = 15.0):
-        check_nonnegative("initial_tpot_s", initial_tpot_s)
-        check_nonnegative("tpot_window", tpot_window, strict=True)
+    def __init__(self, exploit_threshold: Fraction = 0.5, initial_tpot_s: NonNegativeSeconds = 0.15,
+                 tpot_window: Count = 64, rebalance_ratio: Weight = 15.0):
         self.exploit_threshold = float(exploit_threshold)
         self.initial_tpot_s = float(initial_tpot_s)
         self.tpot_window = int(tpot_window)

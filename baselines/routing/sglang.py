@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from llmsched_gym.engine import api
-from llmsched_gym.errors import check_nonnegative
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import MAX_REQUESTS, Fraction, Tokens, Weight, ranged
 
 from .pick import argmin_lowest, hit_ratio
 from .prefix_index import BlockLRUIndex
@@ -37,10 +37,8 @@ class SGLangCacheAwareRouter(RoutingPolicy):
     name = "sglang-cache-aware"
     description = "SGLang cache-aware: least-load if imbalanced (64, 1.5x), deepest match if > 0.3, else smallest tree."
 
-    def __init__(self, abs_threshold: int = 64, rel_threshold: float = 1.5, match_threshold: float = 0.3,
-                 block_tokens: int = 64, max_tree_blocks: int = 262_144):
-        check_nonnegative("block_tokens", block_tokens, strict=True)
-        check_nonnegative("max_tree_blocks", max_tree_blocks, strict=True)
+    def __init__(self, abs_threshold: ranged(int, ge=0, le=MAX_REQUESTS) = 64, rel_threshold: Weight = 1.5,
+                 match_threshold: Fraction = 0.3, block_tokens: Tokens = 64, max_tree_blocks: Tokens = 262_144):
         self.abs_threshold = abs_threshold
         self.rel_threshold = float(rel_threshold)
         self.match_threshold = float(match_threshold)

@@ -7,6 +7,7 @@ import numpy as np
 from llmsched_gym.engine import api
 from llmsched_gym.gateway.policy import RoutingPolicy, register_policy
 from llmsched_gym.gateway.view import RequestInfo, RouterView
+from llmsched_gym.validation import Weight
 
 from .ledger import TokenLedger
 from .pick import argmin_lowest, argmin_random
@@ -82,7 +83,7 @@ class VLLMDataParallelRouter(RoutingPolicy):
     name = "vllm-dp"
     description = "Min 4*waiting + running from scraped metrics; random ties."
 
-    def __init__(self, waiting_weight: float = 4.0):
+    def __init__(self, waiting_weight: Weight = 4.0):
         self.waiting_weight = float(waiting_weight)
 
     def scores(self, request: RequestInfo, view: RouterView) -> np.ndarray:

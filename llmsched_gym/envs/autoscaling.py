@@ -30,6 +30,7 @@ from .core import (
     build_setup,
     check_env_keywords,
     check_num_envs,
+    check_render_mode,
     check_workload_seed,
     draw_workload_seed,
     normalize_obs,
@@ -169,7 +170,8 @@ class AutoscalingVectorEnv(VectorEnv):
 
     kind = "autoscaling"
 
-    def __init__(self, num_envs: int = 1, *, _setup: Setup | None = None, **kwargs):
+    def __init__(self, num_envs: int = 1, *, _setup: Setup | None = None, render_mode=None, **kwargs):
+        check_render_mode("llmsched/Autoscaling-v0", render_mode)
         check_num_envs(num_envs)
         self.setup = make_autoscaling_setup(**kwargs) if _setup is None else _setup
         self.num_envs = n = int(num_envs)
@@ -399,7 +401,8 @@ class AutoscalingEnv(gym.Env):
     metadata = {"render_modes": []}
     kind = "autoscaling"
 
-    def __init__(self, **kwargs):
+    def __init__(self, *, render_mode=None, **kwargs):
+        check_render_mode("llmsched/Autoscaling-v0", render_mode)
         self.setup = make_autoscaling_setup(**kwargs)
         self.observation_space = self.setup.observation_space
         self.action_space = self.setup.action_space

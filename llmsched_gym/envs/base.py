@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from .core import make_setup, single_reset_workload_seed
+from .core import ENV_NAMES, check_render_mode, make_setup, single_reset_workload_seed
 from .vector import VECTOR_ENVS
 
 
@@ -20,7 +20,8 @@ class LLMSchedEnv(gym.Env):
     metadata = {"render_modes": []}
     kind = ""
 
-    def __init__(self, **kwargs):
+    def __init__(self, *, render_mode=None, **kwargs):
+        check_render_mode(f"llmsched/{ENV_NAMES.get(self.kind, self.kind)}-v0", render_mode)
         self.setup = make_setup(self.kind, **kwargs)
         self.observation_space = self.setup.observation_space
         self.action_space = self.setup.action_space

@@ -724,6 +724,14 @@ ENV_KEYWORDS = ("scenario", "reward", "horizon", "observation", "reward_scale", 
                 "priority_weights", "control_interval", "router", "flow_control", "admission", "action")
 
 
+def check_render_mode(env: str, render_mode) -> None:
+    """Gymnasium passes ``render_mode`` to every environment; these render nothing, so
+    None (the default) is the one value they take."""
+    if render_mode is not None:
+        raise ConfigError(f"{env}: render_mode={render_mode!r} is invalid; this environment renders nothing "
+                          "(render_modes is empty), give None")
+
+
 def check_env_keywords(kind: str, kwargs: dict) -> None:
     """Names, types and ranges of an environment's constructor keywords."""
     allowed = list(ENV_KEYWORDS) + sorted(_OVERRIDES - set(ENV_KEYWORDS))

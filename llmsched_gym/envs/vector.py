@@ -47,6 +47,7 @@ from .core import (
     ENV_NAMES,
     TRANSFORMS,
     check_num_envs,
+    check_render_mode,
     check_workload_seed,
     draw_workload_seed,
     make_setup,
@@ -64,7 +65,8 @@ class LLMSchedVectorEnv(VectorEnv):
 
     kind = ""
 
-    def __init__(self, num_envs: int = 1, *, _setup=None, **kwargs):
+    def __init__(self, num_envs: int = 1, *, _setup=None, render_mode=None, **kwargs):
+        check_render_mode(f"llmsched/{ENV_NAMES.get(self.kind, self.kind)}-v0", render_mode)
         check_num_envs(num_envs)
         self.setup = make_setup(self.kind, **kwargs) if _setup is None else _setup
         self.num_envs = n = int(num_envs)

@@ -104,7 +104,7 @@ class RayBackend:
     def __init__(self, workers: int | None = None, address: str | None = None):
         require_extra("--backend ray", modules=("ray",), extra="ray")
         self.requested = _check_workers(workers)
-        self.address = address
+        self.address = _check_ray_address(address)
         self._started = False
 
     def _ray(self):
@@ -113,9 +113,12 @@ class RayBackend:
         if not ray.is_initialized():
             env = {k: v for k, v in os.environ.items() if k.startswith("LLMSCHED_")}
             local = self.address is None
-            ray.init(address=self.address, num_cpus=self.requested if local else None,
-                     include_dashboard=False if local else None, log_to_driver=False,
-                     logging_level=logging.WARNING, runtime_env={"env_vars": env} if env else None)
+            try:
+                ray.init(address=self.address, num_cpus=self.requested if local else None,
+                         include_dashboard=False if local else None, log_to_driver=False,
+                         logging_level=logging.WARNING, runtime_env={"env_vars": env} if env else None)
+            except (ConnectionError, RuntimeError, ValueError) as e:  # no cluster there, a version mismatch
+                raise ConfigError(f"ray_address={self.address!r}: Ray could not join it ({' '.join(str(e).split())})") from None
             self._started = True
         return ray
 
@@ -161,6 +164,26 @@ class RayBackend:
 
             ray.shutdown()
             self._started = False
+
+
+def _check_ray_address(address: str | None) -> str | None:
+    """``auto``, ``ray://HOST:PORT`` or ``HOST:PORT`` (None: a local instance); a HOST:PORT
+    must accept a connection now, before any cell waits on Ray's own minute-long retries."""
+    import socket
+
+    if address is None or address == "auto":
+        return address
+    want = "use 'auto', ray://HOST:PORT or HOST:PORT (a running Ray cluster)"
+    hostport = address[len("ray://"):] if address.startswith("ray://") else address
+    host, _, port = hostport.rpartition(":")
+    if not host or "/" in hostport or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"ray_address={address!r} is invalid; {want}")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as e:
+        raise ConfigError(f"ray_address={address!r}: nothing accepts connections at {host}:{port} "
+                          f"({e.strerror or e}); {want}") from None
+    return address
 
 
 def make_backend(backend: "str | LocalBackend | RayBackend | None" = None, *, workers: int | None = None,

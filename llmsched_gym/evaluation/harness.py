@@ -32,8 +32,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .. import tables
 from ..errors import ConfigError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, parse_policy
+from ..validation import SEEDS, check_number, checked_keywords
 from .backends import make_backend
 
 RATE_KINDS = ("qps", "load", "paper_qps")
@@ -59,11 +61,15 @@ DEFAULT_SCALE_INTERVAL_S = 15.0  # Kubernetes HPA's default sync period
 
 
 # ====================================================================== policies
-def parse_policies(text: "str | Sequence") -> list[PolicySpec]:
-    """A ``;``-separated list (or a sequence) of policy combinations."""
-    items = [p for p in text.split(";") if p.strip()] if isinstance(text, str) else list(text)
-    if not items:
-        raise ConfigError("no policy given")
+def parse_policies(text: "str | Sequence", field: str = "policies") -> list[PolicySpec]:
+    """A ``;``-separated list (or a sequence) of policy combinations; ``field`` names
+    the flag or keyword in errors."""
+    items = text.split(";") if isinstance(text, str) else list(text)
+    if not items or all(isinstance(p, str) and not p.strip() for p in items):
+        raise ConfigError(f"{field}={text!r} is invalid; it names no policy (give ';'-separated policy "
+                          "combinations, see `llmsched-gym policies`)")
+    if any(isinstance(p, str) and not p.strip() for p in items):
+        raise ConfigError(f"{field}={text!r} is invalid; it has an empty entry between ';'")
     specs = [parse_policy(p) for p in items]
     labels = [s.label for s in specs]
     dup = {x for x in labels if labels.count(x) > 1}
@@ -147,6 +153,7 @@ def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides:
             sc = make_scenario(entry, **early, **({kind: value} if kind else {}))
             q = sc.target_qps()
             run_sc = make_scenario(sc, **late).at_rate(q)
+            run_sc.check_size(sc.rate_setting())  # before any cell: a point too large to allocate
             label = f"{kind}={value:g}" if kind else f"qps={q:.4g}"
             out.append(_Point(sc.name, label, kind or "qps", float(value) if kind else q, q, run_sc))
     return out
@@ -323,6 +330,7 @@ def _json_default(o):
 
 
 # ====================================================================== evaluate
+@checked_keywords
 def evaluate(scenarios, policies, seeds: "int | Sequence[int]" = 3, *, qps=None, load=None, paper_qps=None,
              overrides: dict | None = None, workers: int | None = None, samples: bool = False,
              progress: "bool | Callable[[int, int], None]" = False, mp_context=None, backend=None,
@@ -371,16 +379,17 @@ def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, ov
           common: dict | None = None) -> dict:
     specs = [with_defaults(s, common) for s in parse_policies(policies)]
     if isinstance(seeds, (int, np.integer)):
-        if seeds < 1:
-            raise ConfigError(f"seeds={seeds} is invalid; it must be >= 1")
-        seed_list = list(range(int(seeds)))
+        seed_list = list(range(check_number("seeds", seeds, **SEEDS)))
     else:
         from ..validation import check_seed
 
         seed_list = [check_seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
         if not seed_list:
             raise ConfigError("no seed given")
+        check_number("len(seeds)", len(seed_list), **SEEDS)
     points = resolve_points(scenarios, qps=qps, load=load, paper_qps=paper_qps, overrides=overrides)
+    for pt in points:  # no request, none that fits, a horizon before the first: before any cell
+        pt.sc.check_runnable(seed_list[0])
     tasks = []
     for pi, pt in enumerate(points):
         for si, spec in enumerate(specs):
@@ -492,6 +501,7 @@ def default_studies(quick: bool = True) -> list[Study]:
     ]
 
 
+@checked_keywords
 def run_studies(studies: list[Study], seeds, *, workers=None, progress=True, common: dict | None = None,
                 mp_context=None, backend=None, ray_address: str | None = None
                 ) -> list[tuple[Study, ResultTable, list[dict]]]:
@@ -545,18 +555,17 @@ def _pct(v) -> str:
 
 def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) -> None:
     """Rich table: per point, class and policy: median [95% CI] and change vs the baseline."""
-    from rich.console import Console
     from rich.table import Table
 
     from .stats import lookup
 
-    console = console or Console(width=max(Console().width, 190))
+    console = console or tables.console()
     name = table.rows[0]["scenario"] if table.rows else str(st.scenario)
     n = len(table.meta.get("seeds", []))
     t = Table(title=f"{name}" + (f": {st.title}" if st.title else "") + f" - median over {n} seeds ± 95% CI half-width"
                     + (f", (change vs {st.baseline})" if st.baseline else ""), show_lines=False)
-    for col in ("point", "class", "policy"):  # never truncated: they name the row
-        t.add_column(col, min_width=max([len(str(v)) for v in table.unique(col)] + [len(col)]))
+    for col in ("point", "class", "policy"):
+        t.add_column(col)
     for _, label, scale in KEY_METRICS:
         unit = " (ms)" if scale == 1e3 else (" (s)" if label.startswith(("TTFT", "E2E")) else "")
         t.add_column(label + unit, justify="right")
@@ -592,16 +601,15 @@ def print_study(st: Study, table: ResultTable, stats: list[dict], console=None) 
                 t.add_row(point, cls, pol, *cells)
             t.add_section()
     t.caption = COLUMN_NOTES
-    console.print(t)
+    tables.print_table(t, console, keys=3)
 
 
 def print_fleet(table: ResultTable, console=None) -> None:
     """For autoscaled cells: median GPU-seconds, cold starts and SLO attainment (all
     arrivals) per point and policy."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(width=max(Console().width, 190))
+    console = console or tables.console()
     rows = [r for r in table.rows if r["class"] == "all" and r.get("gpu_seconds") is not None]
     if not rows:
         return
@@ -617,7 +625,7 @@ def print_fleet(table: ResultTable, console=None) -> None:
                                                                             "cold_starts")}
                 t.add_row(point, pol, cells[0]["scaler"], f"{med['slo_attainment']:.4f}", f"{med['gpu_seconds']:,.0f}",
                           f"{med['cold_starts']:g}")
-    console.print(t)
+    tables.print_table(t, console, keys=2)
 
 
 def make_figures(st: Study, table: ResultTable, stats: list[dict], out: Path, prefix: str | None = None) -> list[Path]:
@@ -675,7 +683,7 @@ def add_cli(subparsers) -> None:
     """Register ``llmsched-gym compare``."""
     import argparse
 
-    from ..flags import add_backend_args, add_window_args
+    from ..flags import add_backend_args, add_force_arg, add_window_args
 
     p = subparsers.add_parser("compare", help="compare policy combinations over load points and seeds",
                               description=_COMPARE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -703,6 +711,7 @@ def add_cli(subparsers) -> None:
                    "the local Ray instance's CPUs")
     add_backend_args(p)
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    add_force_arg(p)
     p.set_defaults(func=cmd_compare)
 
 
@@ -716,7 +725,6 @@ def _default_policies(scenario) -> str:
 
 
 def cmd_compare(args) -> int:
-    from rich.console import Console
 
     from ..flags import backend_from_args, check_flags, policy_overrides, window_overrides
     from ..validation import check_name, check_output_dir
@@ -727,7 +735,8 @@ def cmd_compare(args) -> int:
                    what={"--scenario": "a scenario name or YAML path", "--policies": "';'-separated policies",
                          "--baseline": "a policy label", "--class": "comma-separated class names"}[flag])
     out = check_output_dir("--out", args.out if args.out is not None else  # before the run: a bad path
-                           Path("results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}")  # must not cost the results
+                           Path("results") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}",  # must not cost the results
+                           force=args.force)
     backend = backend_from_args(args)  # starts nothing yet (Ray starts with the first cells)
     common = policy_overrides(args)
     if common:
@@ -750,7 +759,7 @@ def cmd_compare(args) -> int:
         scenario = args.scenario or "codegen"
         sc = make_scenario(scenario)  # clear error for unknown names
         policies = args.policies if args.policies is not None else _default_policies(scenario)
-        specs = parse_policies(policies)
+        specs = parse_policies(policies, "--policies")
         classes = tuple(c.strip() for c in args.classes.split(",")) if args.classes else ("critical", "sheddable", "all")
         if args.classes:
             known = scenario_classes(sc)
@@ -760,7 +769,7 @@ def cmd_compare(args) -> int:
                                   f"{', '.join(known)} ({', '.join(map(repr, bad))} not among them)")
         studies = [Study(scenario, specs, args.baseline or specs[0].label, rates, overrides, classes, "")]
     seeds = list(range(args.seed, args.seed + args.seeds))
-    console = Console(width=max(Console().width, 190))
+    console = tables.console()
     start = time.perf_counter()
     try:
         results = run_studies(studies, seeds, progress=True, common=common, backend=backend)
@@ -769,6 +778,8 @@ def cmd_compare(args) -> int:
     all_rows, all_stats = [], []
     for st, table, stats in results:
         print_study(st, table, stats, console)
+        for line in what_ran(st.policies, common):
+            console.print(line, highlight=False)
         print_fleet(table, console)
         all_rows += table.rows
         all_stats += stats
@@ -791,13 +802,39 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def what_ran(policies, common: dict | None = None) -> list[str]:
+    """``LABEL = router=..., flow_control=...`` for every entry whose label does not
+    already say everything that ran: a ``label=``, an ``--epp-config``'s weights, and the
+    roles ``--router`` / ``--pd`` / ... filled in for every entry."""
+    common = {k: v for k, v in (common or {}).items() if k in ROLE_KEYS}
+    out = []
+    for p in policies:
+        spec = parse_policy(p)
+        roles = {**common, **spec.kwargs()}
+        text = ", ".join(f"{k}={'none' if v is None else getattr(v, 'name', v)}" for k, v in roles.items())
+        says_all = spec.label in (text, *map(str, spec.kwargs().values()))  # "lmetric", "router=jsq"
+        if text and (common or not says_all):
+            out.append(f"  {spec.label} = {text}")
+    return (["policies as run:"] + out) if out else []
+
+
 def _parse_rates(kind: str, text: str) -> list[float]:
+    from ..flags import FLAG_RULES
+
+    flag = f"--{kind.replace('_', '-')}"
     try:
-        vals = [float(x) for x in text.split(",") if x.strip()]
+        vals = [float(x) for x in text.split(",")]
     except ValueError:
-        raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; give comma-separated numbers") from None
-    if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
-        raise ConfigError(f"--{kind.replace('_', '-')}={text!r} is invalid; every value must be a finite number > 0")
+        raise ConfigError(f"{flag}={text!r} is invalid; give comma-separated numbers") from None
+    for v in vals:
+        try:
+            check_number(flag, v, **FLAG_RULES[flag])
+        except ConfigError as e:  # the whole list, and what every value must be
+            raise ConfigError(f"{flag}={text!r} is invalid; {str(e).split('; ', 1)[1].replace('it must', 'every value must', 1)}") from None
+    dup = sorted({v for v in vals if vals.count(v) > 1})
+    if dup:
+        raise ConfigError(f"{flag}={text!r} is invalid; {', '.join(f'{v:g}' for v in dup)} given twice "
+                          "(each point is simulated once)")
     return vals
 
 

@@ -97,16 +97,25 @@ def plot_cdfs(samples: dict, path, *, scenario: str, point: str, policies, cls: 
     return _save(fig, path)
 
 
+#: Width of one bar of :func:`plot_change_bars`, and the room an upright label takes
+#: beyond it, inches.
+BAR_IN, LABEL_IN = 0.3, 0.4
+
+
 def plot_change_bars(stats: list[dict], path, *, scenario: str, baseline: str, cls: str = "critical",
                      metrics=CHANGE_METRICS) -> Path:
     """Per load point, grouped bars of the relative change vs ``baseline`` (one panel per policy)."""
     recs = [r for r in stats if r["scenario"] == scenario and r["class"] == cls]
     points = list(dict.fromkeys(r["point"] for r in recs))
     policies = [p for p in dict.fromkeys(r["policy"] for r in recs) if p != baseline]
-    fig, axes = plt.subplots(1, max(1, len(policies)), figsize=(max(5.5, 1.6 * len(points) + 3) * max(1, len(policies)) / max(1, min(len(policies), 2)), 4),
-                             squeeze=False)
+    # Every bar BAR_IN inches wide whatever the number of points and metrics, its label
+    # turned upright: labels of neighbouring bars never meet.
+    panel_w = max(4.0, BAR_IN / 0.8 * len(metrics) * len(points) + 1.2)
+    fig, axes = plt.subplots(1, max(1, len(policies)), figsize=(panel_w * max(1, len(policies)), 4.2), squeeze=False)
     width = 0.8 / len(metrics)
+    extents = []  # per panel: the bars' and error bars' lowest and highest ends, labels down / up
     for ax, pol in zip(axes[0], policies or [None]):
+        ends, up, down = [0.0], False, False
         for k, (m, label) in enumerate(metrics):
             vals, lo, hi = [], [], []
             for pt in points:
@@ -120,18 +129,27 @@ def plot_change_bars(stats: list[dict], path, *, scenario: str, baseline: str, c
             for xi, v, l_, h_ in zip(x, vals, lo, hi):
                 if np.isfinite(v):  # beyond the end of the error bar, not on it
                     end = v + max(h_, 0) if v >= 0 else v - max(l_, 0)
+                    ends.append(end)
+                    up, down = up or v >= 0, down or v < 0
                     ax.annotate(f"{v:+.0f}%", (xi, end), xytext=(0, 2 if v >= 0 else -2), textcoords="offset points",
-                                ha="center", va="bottom" if v >= 0 else "top", fontsize=7)
+                                ha="center", va="bottom" if v >= 0 else "top", fontsize=7, rotation=90)
         ax.axhline(0, color="black", lw=0.8)
-        ax.margins(y=0.12)  # room for the labels beyond the error bars
+        extents.append((min(ends), max(ends), up, down))
         ax.set_xticks(np.arange(len(points)))
         ax.set_xticklabels(points, fontsize=8)
         ax.set_xlabel("load point")
         ax.set_ylabel(f"change vs {baseline} (%)")
         ax.set_title(f"{scenario}: {pol} vs {baseline} ({cls})", fontsize=10)
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    for ax, (lo, hi, up, down) in zip(axes[0], extents):
+        # LABEL_IN inches beyond the furthest end on each side that has labels, so no
+        # label reaches the panel's title or the tick labels
+        frac = LABEL_IN / (ax.get_position().height * fig.get_figheight())
+        total = max(hi - lo, 1.0) / max(1 - frac * (up + down), 0.2)
+        ax.set_ylim(lo - (frac * total if down else 0.02 * total), hi + (frac * total if up else 0.02 * total))
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)  # below the panels
     return _save(fig, path)
 
 

@@ -75,9 +75,20 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .. import tables
 from ..errors import ConfigError, MissingExtraError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, list_policies, parse_policy
-from ..validation import check_call_kwargs, check_keys, check_number, signature_params, type_name
+from ..validation import (
+    SEED,
+    SEEDS,
+    check_call_kwargs,
+    check_keys,
+    check_number,
+    checked_keywords,
+    signature_params,
+    split_range,
+    type_name,
+)
 from .harness import METRIC_COLUMNS, _assemble, _execute, resolve_points, scenario_classes, with_defaults
 
 #: Metrics every trial records besides the objective's and constraints' (class ``all``).
@@ -204,14 +215,17 @@ def _param(where: str, role: str, policy: str, factory, name: str, low, high, lo
     if name not in sig:  # the registry's message, listing what the policy takes
         check_call_kwargs(f"{where}: policy {policy!r}", factory, {name: None}, label=policy)
         raise ConfigError(f"{where}: policy {policy!r} has no declared parameter {name!r}")
-    tp = sig[name]
+    tp = split_range(sig[name])[0]  # the declared range is checked below, through the constructor
     if tp not in (int, float):
         kind = type_name(tp) or "untyped"
-        tunable = [n for n, t in sig.items() if t in (int, float)]
+        tunable = [n for n, t in sig.items() if split_range(t)[0] in (int, float)]
         raise ConfigError(f"{where}: {policy}.{name} is a {kind} parameter; only int and float parameters can be "
                           f"searched ({policy} has: {', '.join(tunable) or 'none'})")
     for bname, b in (("low", low), ("high", high)):
         check_number(f"{where}: {policy}.{name} {bname} bound", b)
+    if integer and tp is float:  # 0..1:int would search {0, 1} only
+        raise ConfigError(f"{where}: {policy}.{name} is a float parameter; ':int' applies only to int parameters "
+                          "(drop it to search the whole range)")
     integer = integer or tp is int
     if integer:
         for bname, b in (("low", low), ("high", high)):
@@ -586,6 +600,11 @@ def _medians(rows: list[dict], label: str, keys: Sequence[tuple[str, str]]) -> d
 
 
 # ====================================================================== the search
+#: The most trials of one search (each runs every seed; beyond, a search never ends).
+MAX_TRIALS = 10_000
+
+
+@checked_keywords
 def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constraints: Sequence = (),
          trials: int = 20, seeds: "int | Sequence[int]" = 2, qps=None, load=None, paper_qps=None,
          overrides: dict | None = None, common: dict | None = None, sampler_seed: int = 0,
@@ -615,12 +634,12 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
     space = parse_space(space)
     obj = objective if isinstance(objective, Objective) else parse_objective(objective)
     cons = [c if isinstance(c, Constraint) else parse_constraint(c) for c in constraints]
-    trials = check_number("trials", trials, integer=True, ge=1)
-    startup_trials = check_number("startup_trials", startup_trials, integer=True, ge=0)
-    batch = check_number("batch", batch, integer=True, ge=1)
-    sampler_seed = check_number("sampler_seed", sampler_seed, integer=True, ge=0)
+    trials = check_number("trials", trials, integer=True, ge=1, le=MAX_TRIALS)
+    startup_trials = check_number("startup_trials", startup_trials, integer=True, ge=0, le=MAX_TRIALS)
+    batch = check_number("batch", batch, integer=True, ge=1, le=MAX_TRIALS)
+    sampler_seed = check_number("sampler_seed", sampler_seed, **SEED)
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        seed_list = list(range(check_number("seeds", seeds, integer=True, ge=1)))
+        seed_list = list(range(check_number("seeds", seeds, **SEEDS)))
     else:
         from ..validation import check_seed
 
@@ -637,6 +656,7 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
         raise ConfigError(f"tune searches at one load point; got {len(points)} "
                           f"({', '.join(p.label for p in points)}): give one value")
     pt = points[0]
+    pt.sc.check_runnable(seed_list[0])  # no request, none that fits, a horizon before the first
     classes = scenario_classes(pt.sc)
     keys: list[tuple[str, str]] = []
     for t in [*obj.terms, *(c.term for c in cons), *(Term(1.0, m) for m in REPORT_METRICS)]:
@@ -795,7 +815,7 @@ def add_cli(subparsers) -> None:
     """Register ``llmsched-gym tune``."""
     import argparse
 
-    from ..flags import add_backend_args, add_window_args
+    from ..flags import add_backend_args, add_force_arg, add_window_args
 
     p = subparsers.add_parser("tune", help="search a policy's parameters for an objective (Optuna TPE)",
                               description=_TUNE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -826,11 +846,11 @@ def add_cli(subparsers) -> None:
                    "--backend ray, the local Ray instance's CPUs")
     add_backend_args(p)
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    add_force_arg(p)
     p.set_defaults(func=cmd_tune)
 
 
 def cmd_tune(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from ..flags import backend_from_args, check_flags, policy_overrides, window_overrides
@@ -839,12 +859,12 @@ def cmd_tune(args) -> int:
 
     check_flags(args, ["--seed", "--seeds", "--workers", "--duration", "--horizon", "--qps", "--load", "--paper-qps"])
     for flag in ("--trials", "--batch"):
-        check_number(flag, getattr(args, flag[2:]), integer=True, ge=1)
-    check_number("--startup-trials", args.startup_trials, integer=True, ge=0)
-    check_number("--sampler-seed", args.sampler_seed, integer=True, ge=0)
+        check_number(flag, getattr(args, flag[2:]), integer=True, ge=1, le=MAX_TRIALS)
+    check_number("--startup-trials", args.startup_trials, integer=True, ge=0, le=MAX_TRIALS)
+    check_number("--sampler-seed", args.sampler_seed, **SEED)
     check_name("--scenario", args.scenario, what="a scenario name or YAML path")
     out = check_output_dir("--out", args.out if args.out is not None else
-                           Path("results") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}")
+                           Path("results") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}", force=args.force)
     make_scenario(args.scenario)  # clear error for unknown names
     common = policy_overrides(args)
     space = parse_space(args.space)
@@ -852,7 +872,7 @@ def cmd_tune(args) -> int:
     cons = [parse_constraint(c) for c in args.constraint]
     backend = backend_from_args(args)
     overrides = window_overrides(args)
-    console = Console(width=max(Console().width, 190))
+    console = tables.console()
     try:
         res = tune(args.scenario, space, obj, constraints=cons, trials=args.trials,
                    seeds=list(range(args.seed, args.seed + args.seeds)), qps=args.qps, load=args.load,
@@ -872,7 +892,7 @@ def cmd_tune(args) -> int:
                     key=lambda r: (not r["feasible"], sign * r["objective"], r["trial"]))
     for r in ranked[:10]:
         t.add_row(*[_cell(r.get(c)) for c in cols], style="bold" if res.best and r["trial"] == res.best["trial"] else None)
-    console.print(t)
+    tables.print_table(t, console)
     for c in m["constraints"]:
         console.print(f"constraint {c['text']}: bound {_cell(c['bound'])}")
     extra = {"wall_seconds": round(res.wall_seconds, 2),

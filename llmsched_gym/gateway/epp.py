@@ -797,6 +797,7 @@ def add_cli(subparsers) -> None:
                        help="write the llm-d EndpointPickerConfig of a policy combination, e.g. "
                             "'llm-d:prefix_weight=2+soft-reflective-ceiling'")
         p.add_argument("--out", help="with --to-epp-config: write to this file instead of stdout")
+        p.add_argument("--force", action="store_true", help="with --out: replace an existing file")
         listing = p.get_default("func")
         p.set_defaults(func=lambda args: cmd_to_epp_config(args) if args.to_epp_config is not None
                        else listing(args))
@@ -813,7 +814,7 @@ def cmd_to_epp_config(args) -> int:
     from ..validation import atomic_write_text, check_output_file
 
     if args.out is not None:
-        check_output_file("--out", args.out)  # a bad path: one line, exit 2, nothing written
+        check_output_file("--out", args.out, force=args.force)  # a bad path: one line, exit 2, nothing written
     text = dump_epp_config(args.to_epp_config)
     if args.out is not None:
         atomic_write_text(Path(args.out).expanduser(), text)

@@ -33,6 +33,7 @@ three roles; the roles it leaves out keep the scenario's defaults. It is given a
 
 from __future__ import annotations
 
+import functools
 import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -50,6 +51,14 @@ class Policy:
     role: str = ""
     name: str = ""
     description: str = ""
+
+    def __init_subclass__(cls, **kwargs):
+        """A policy constructed directly (not through :func:`make_policy`) checks its
+        arguments against the same declared types and ranges."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None:
+            cls.__init__ = _checked_init(cls, init)
 
     def reset(self, num_instances: int, rng: np.random.Generator) -> None:
         """Called before each simulation; drop any state from an earlier run."""
@@ -142,6 +151,24 @@ class GatewayController(Policy):
         raise NotImplementedError
 
 
+def _checked_init(cls, init):
+    sig = inspect.signature(init)
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        if type(self) is cls:  # the constructor called; a base's, called from it, was given checked values
+            try:
+                given = sig.bind(self, *args, **kwargs).arguments
+            except TypeError as e:
+                raise ConfigError(f"policy {cls.name or cls.__name__!r}: {e}") from None
+            given.pop(next(iter(sig.parameters)))  # self
+            check_call_kwargs(f"policy {cls.name or cls.__name__!r}", init, given, label=cls.name or cls.__name__,
+                              skip=("self",))
+        init(self, *args, **kwargs)
+
+    return checked
+
+
 _REGISTRY: dict[str, Callable[..., Policy]] = {}
 
 
@@ -227,10 +254,13 @@ def _parse_params(name: str, params: str) -> dict:
         key, eq, value = item.partition("=")
         if not eq:
             raise ConfigError(f"policy {name!r}: parameter {item!r} must be key=value")
+        key = key.strip().replace("-", "_")
+        if key in out:
+            raise ConfigError(f"policy {name!r}: parameter {key!r} is given twice ({params!r}); give it once")
         try:
-            out[key.strip().replace("-", "_")] = float(value) if "." in value or "e" in value else int(value)
+            out[key] = float(value) if "." in value or "e" in value else int(value)
         except ValueError:
-            out[key.strip().replace("-", "_")] = {"true": True, "false": False}.get(value.lower(), value)
+            out[key] = {"true": True, "false": False}.get(value.lower(), value)
     return out
 
 
@@ -304,7 +334,7 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
     if isinstance(spec, dict):
         for k, v in spec.items():
             if k == "label":
-                label = str(v)
+                label = check_name(f"policy combination {spec!r}: label", v, what="a name")
                 continue
             role = _ROLE_ALIASES.get(str(k).lower())
             if role is None:
@@ -326,6 +356,9 @@ def parse_policy(spec: "str | dict | PolicySpec") -> PolicySpec:
             role = _ROLE_ALIASES.get(key.strip().lower()) if eq and ":" not in key else None
             if eq and key.strip().lower() == "label":
                 label = value.strip()
+                if not label or any(c in label for c in ";+"):
+                    raise ConfigError(f"policy combination {spec!r}: label={value!r} is invalid; give a name "
+                                      "(not empty, without ';' or '+')")
                 continue
             if role is None:
                 if eq and ":" not in key:

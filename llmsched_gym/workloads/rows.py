@@ -39,8 +39,9 @@ def head_count(n: int, limit: int | None) -> int:
     return min(n, limit)
 
 
-def jsonl_rows(path: str, limit: int | None) -> tuple[list[int], list]:
-    """(line numbers, parsed objects) of the non-blank lines of a JSONL file."""
+def jsonl_rows(path: str, limit: int | None, fields=None) -> tuple[list[int], list]:
+    """(line numbers, parsed objects) of the non-blank lines of a JSONL file; with
+    ``fields``, a key outside them (a misspelt field) is an error, not ignored."""
     numbered = [(i + 1, ln) for i, ln in enumerate(read_lines(path)) if ln.strip()]
     numbered = numbered[: head_count(len(numbered), limit)]
     if not numbered:
@@ -54,4 +55,10 @@ def jsonl_rows(path: str, limit: int | None) -> tuple[list[int], list]:
     for n, r in zip(numbered, rows):
         if not isinstance(r, dict):
             raise TraceFormatError(path, n[0], None, f"each line must be a JSON object, got {type(r).__name__}")
+    if fields is not None:
+        allowed = set(fields)
+        for n, r in zip(numbered, rows):
+            if not allowed.issuperset(r):
+                bad = next(k for k in r if k not in allowed)
+                raise TraceFormatError(path, n[0], bad, f"unknown field; allowed: {', '.join(fields)}")
     return [n for n, _ in numbered], rows

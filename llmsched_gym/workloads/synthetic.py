@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 
 from ..errors import ConfigError
+from ..validation import MAX_QPS, MAX_REQUESTS, MAX_SECONDS, MAX_TOKENS
 from .workload import Workload
 
 PROCESSES = ("poisson", "gamma", "weibull")
@@ -72,11 +73,12 @@ def _num(path: str, v, *, lo: float | None = None, hi: float | None = None, stri
     return float(v)
 
 
-def _int(path: str, v, *, lo: int | None = None) -> int:
+def _int(path: str, v, *, lo: int | None = None, hi: int | None = None) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
         raise _err(path, v, "it must be an integer")
-    if lo is not None and v < lo:
-        raise _err(path, v, f"it must be an integer >= {lo}")
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise _err(path, v, "it must be an integer" + (f" >= {lo}" if lo is not None else "")
+                   + (f" and <= {hi}" if hi is not None else ""))
     return int(v)
 
 
@@ -186,8 +188,8 @@ class LengthSpec(_Spec):
     def validate(self, path: str = "length") -> None:
         """Raise ConfigError naming ``path.<field>`` for an invalid field."""
         _choice(f"{path}.dist", self.dist, DISTRIBUTIONS)
-        lo = _int(f"{path}.min", self.min, lo=1)
-        if self.max is not None and _int(f"{path}.max", self.max, lo=1) < lo:
+        lo = _int(f"{path}.min", self.min, lo=1, hi=MAX_TOKENS)
+        if self.max is not None and _int(f"{path}.max", self.max, lo=1, hi=MAX_TOKENS) < lo:
             raise _err(f"{path}.max", self.max, f"it must be >= {path}.min ({lo})")
         if self.dist == "empirical":
             if not isinstance(self.values, (list, tuple, np.ndarray)) or len(self.values) == 0:
@@ -195,7 +197,7 @@ class LengthSpec(_Spec):
                     f"{path}.values", self.values, "dist 'empirical' needs a non-empty list of integers >= 1"
                 )
             for i, v in enumerate(self.values):
-                _int(f"{path}.values[{i}]", v, lo=1)
+                _int(f"{path}.values[{i}]", v, lo=1, hi=MAX_TOKENS)
             if self.weights is not None:
                 if not isinstance(self.weights, (list, tuple, np.ndarray)) or len(self.weights) != len(
                     self.values
@@ -211,7 +213,7 @@ class LengthSpec(_Spec):
         for name in ("values", "weights"):
             if getattr(self, name) is not None:
                 raise _err(f"{path}.{name}", getattr(self, name), "it only applies to dist 'empirical'")
-        _num(f"{path}.mean", self.mean, lo=0.0, strict=True)
+        _num(f"{path}.mean", self.mean, lo=0.0, strict=True, hi=MAX_TOKENS)
         _num(f"{path}.std", self.std, lo=0.0)
 
     def _clip(self, x: np.ndarray) -> np.ndarray:
@@ -393,7 +395,7 @@ class ArrivalSpec(_Spec):
 
     def validate(self, path: str = "arrival") -> None:
         _choice(f"{path}.process", self.process, PROCESSES)
-        _num(f"{path}.rate", self.rate, lo=0.0, strict=True)
+        _num(f"{path}.rate", self.rate, lo=0.0, strict=True, hi=MAX_QPS)
         if self.process == "poisson":
             if _num(f"{path}.cv", self.cv) != 1.0:
                 raise _err(
@@ -650,9 +652,9 @@ class WorkloadSpec(_Spec):
         if (self.num_requests is None) == (self.duration_s is None):
             raise ConfigError(f"{path}: give exactly one of num_requests and duration_s")
         if self.num_requests is not None:
-            _int(f"{path}.num_requests", self.num_requests, lo=1)
+            _int(f"{path}.num_requests", self.num_requests, lo=1, hi=MAX_REQUESTS)
         else:
-            _num(f"{path}.duration_s", self.duration_s, lo=0.0, strict=True)
+            _num(f"{path}.duration_s", self.duration_s, lo=0.0, strict=True, hi=MAX_SECONDS)
         if not isinstance(self.name, str):
             raise _err(f"{path}.name", self.name, "it must be a string")
 

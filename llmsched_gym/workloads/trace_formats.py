@@ -109,6 +109,10 @@ def _dense_codes(keys: list) -> np.ndarray:
 # ---------------------------------------------------------------------------- Qwen / Bailian
 
 
+#: The fields of a Qwen/Bailian JSONL row.
+QWEN_FIELDS = ("chat_id", "parent_chat_id", "timestamp", "input_length", "output_length", "type", "turn", "hash_ids")
+
+
 def load_qwen(path: str | os.PathLike, *, time_scale: float = 1.0, limit: int | None = None) -> Workload:
     """Load an Alibaba Qwen/Bailian trace (github.com/alibaba-edu/qwen-bailian-usagetraces-anon,
     ``qwen_*_blksz_16.jsonl``).
@@ -129,7 +133,7 @@ def load_qwen(path: str | os.PathLike, *, time_scale: float = 1.0, limit: int | 
         limit: keep only the first ``limit`` rows (all if None).
     """
     path = str(path)
-    lineno, rows = jsonl_rows(path, limit)
+    lineno, rows = jsonl_rows(path, limit, QWEN_FIELDS)
     is_int = lambda v: type(v) is int  # noqa: E731
     chat = _column(path, lineno, rows, "chat_id", is_count, "a non-negative integer")
     parent = _column(path, lineno, rows, "parent_chat_id", lambda v: is_int(v) and v >= -1,

@@ -140,11 +140,19 @@ def cache_dir() -> Path:
     return Path(root) / "traces"
 
 
+#: The public traces' directory of the README's layout: ``../shared/traces`` beside the
+#: repository (this file is ``<repository>/llmsched_gym/workloads/trace_registry.py``).
+DEFAULT_TRACE_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces"
+
+
+def trace_dir() -> Path:
+    """``LLMSCHED_TRACE_DIR`` if set, else :data:`DEFAULT_TRACE_DIR`."""
+    return Path(os.environ.get("LLMSCHED_TRACE_DIR") or DEFAULT_TRACE_DIR)
+
+
 def search_dirs() -> list[Path]:
-    """Trace directories searched by name, in order: ``LLMSCHED_TRACE_DIR`` (or
-    ``../shared/traces`` beside the repository), then the download cache."""
-    default = Path(__file__).resolve().parents[2] / "shared" / "traces"
-    return [Path(os.environ.get("LLMSCHED_TRACE_DIR", default)), cache_dir()]
+    """Trace directories searched by name, in order: :func:`trace_dir`, then the download cache."""
+    return [trace_dir(), cache_dir()]
 
 
 def locate(path_or_name: str) -> Path | None:
@@ -326,18 +334,19 @@ def _size(n: int | None) -> str:
 
 
 def cmd_traces_list(args) -> int:
-    from rich.console import Console
     from rich.table import Table
+
+    from .. import tables
 
     t = Table(title="public traces (llmsched-gym traces download NAME)")
     for col in ("name", "format", "size", "license", "source", "SHA-256", "here"):
-        t.add_column(col, no_wrap=col in ("name", "SHA-256"))
+        t.add_column(col)
     for e in list_traces():
         found = locate(e.name)
         t.add_row(e.name, e.format, _size(e.size), e.license, e.repository,
                   e.sha256[:12] + "..." if e.sha256 else "not pinned", str(found) if found else "-")
-    console = Console(width=max(Console().width, 180))
-    console.print(t)
+    console = tables.console()
+    tables.print_table(t, console)
     console.print("'not pinned': the published bytes could not be hashed when this list was made; "
                   "download needs --allow-unverified. Descriptions: docs/scenarios.md.")
     return 0
@@ -357,4 +366,4 @@ def cmd_traces_download(args) -> int:
 
 
 __all__ = ["TRACES", "TraceEntry", "TraceChecksumError", "DownloadResult", "list_traces", "get_trace",
-           "cache_dir", "search_dirs", "locate", "sha256_file", "download"]
+           "DEFAULT_TRACE_DIR", "trace_dir", "cache_dir", "search_dirs", "locate", "sha256_file", "download"]

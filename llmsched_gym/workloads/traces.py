@@ -78,6 +78,10 @@ def _spread(ts: np.ndarray, seed: int | None) -> np.ndarray:
     return ts + frac * width[bucket]
 
 
+#: The fields of a Mooncake JSONL row (every one required).
+MOONCAKE_FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
 def load_mooncake(
     path: str | os.PathLike,
     *,
@@ -101,9 +105,9 @@ def load_mooncake(
     Zero ``output_length`` is clipped to 1; zero ``input_length`` is rejected.
     """
     path = str(path)
-    lineno, rows = jsonl_rows(path, limit)
+    lineno, rows = jsonl_rows(path, limit, MOONCAKE_FIELDS)
     cols = {}
-    for name in ("timestamp", "input_length", "output_length", "hash_ids"):
+    for name in MOONCAKE_FIELDS:
         try:
             cols[name] = [r[name] for r in rows]
         except (KeyError, TypeError):
