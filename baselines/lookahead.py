@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
-from typing import Annotated, Literal
+from typing import Literal
 
 import numpy as np
-from pydantic import Field
 
 from llmsched_gym.engine.api import (
     ADMIT_PY,
@@ -48,6 +47,10 @@ from llmsched_gym.envs.core import episode_cost, make_setup
 from llmsched_gym.envs.gateway import flow_params
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import GatewayController, make_policy, register_policy
+from llmsched_gym.validation import ranged
+
+#: Seconds a copy runs past a decision, and between flow decisions.
+PlanSeconds = ranged(float, gt=0, le=600)
 
 
 @register_policy("lookahead")
@@ -72,20 +75,11 @@ class LookaheadPlanner(GatewayController):
     description = "lookahead planner on forked clusters (oracle: sees future arrivals; not deployable)"
 
     def __init__(self, decision: Literal["routing", "flow"] = "routing", mode: Literal["oracle"] = "oracle",
-                 horizon_s: Annotated[float, Field(gt=0, le=600)] = 1.0, base: str = "lmetric-no-detector",
+                 horizon_s: PlanSeconds = 1.0, base: str = "lmetric-no-detector",
                  candidates: Literal["all", "base"] = "all", base_flow: str = "soft-reflective-ceiling",
-                 interval_s: Annotated[float, Field(gt=0, le=600)] = 1.0, grid: Annotated[int, Field(ge=1, le=9)] = 3):
-        if decision not in ("routing", "flow"):
-            raise ConfigError(f"lookahead decision={decision!r} is invalid; decisions: routing, flow")
-        if mode != "oracle":
-            raise ConfigError(f"lookahead mode={mode!r} is invalid; modes: oracle")
-        if candidates not in ("all", "base"):
-            raise ConfigError(f"lookahead candidates={candidates!r} is invalid; choose all or base")
-        for key, value in (("horizon_s", horizon_s), ("interval_s", interval_s)):
-            if not value > 0:
-                raise ConfigError(f"lookahead {key}={value!r} is invalid; it must be > 0")
-        if isinstance(grid, bool) or int(grid) != grid or not 1 <= grid <= 9 or grid % 2 == 0:
-            raise ConfigError(f"lookahead grid={grid!r} is invalid; it must be an odd integer in [1, 9]")
+                 interval_s: PlanSeconds = 1.0, grid: ranged(int, ge=1, le=9) = 3):
+        if grid % 2 == 0:  # the declared ranges are checked before this runs (make_policy, the constructor)
+            raise ConfigError(f"lookahead grid={grid!r} is invalid; it must be odd (the base setting is the centre)")
         self.form = self._compiled(base, "routing", "base")
         flow = self._compiled(base_flow, "usage-limit", "base_flow")
         if flow.code != FLOW_SOFT_REFLECTIVE:
