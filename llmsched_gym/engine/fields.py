@@ -169,7 +169,7 @@ RECORDS: tuple[Record, ...] = (
     Record("seg", ("inst",), np.float64, ("slot", "segment")),  # a decode segment's iteration end times
     Record("ceil_ext", ("clu",), np.float64, ("slot", "bands"), default=1.0),  # external ceilings per band
     Record("aprob", ("clu",), np.float64, ("slot", "bands")),  # external rejection probabilities per band
-    Record("lat_p", ("clu",), np.float64, ("slot", "params")),  # the lowered step-time model
+    Record("lat_p", ("inst",), np.float64, ("slot", "params")),  # each instance's lowered step-time model
     Record("heap_t", ("req",), np.float64, ("slot",)),  # requests on their way to an instance: a heap
     Record("heap_r", ("req",), np.int64, ("slot",), points_to="req"),  # at the cluster's request slots
     Record("log", ("req",), np.int64, ("slot",), points_to="req"),  # finishes a Python router must hear of

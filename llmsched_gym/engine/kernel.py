@@ -924,7 +924,7 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
             k = _affordable_iterations(run, inst_i, g, bs, k)
         if k > 1:
             integer_us = clu_i[CI_INTEGER_US, c]
-            p = lat_p[c]
+            p = lat_p[g]  # the instance's own step-time model (a mixed fleet)
             end = t
             for i in range(k):
                 end = end + step_us(kind, p, integer_us, 0, 0.0, 0.0, 0.0, n,
@@ -951,7 +951,7 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
         a, b = prefill_terms(kind, tf, float(R[RUN_INP, j] + R[RUN_GEN, j]), float(R[RUN_COMP, j]))
         pairs += a
         past += b
-    step = step_us(kind, lat_p[c], clu_i[CI_INTEGER_US, c], n_pf, sum_t, pairs, past, n_dec, float(ctx))
+    step = step_us(kind, lat_p[g], clu_i[CI_INTEGER_US, c], n_pf, sum_t, pairs, past, n_dec, float(ctx))
     if loaded:  # the CPU tier's KV loads over the host link before the step runs (synchronously)
         step += loaded * inst_f[IF_CPU_LOAD_US, g]
     inst_i[II_SEG_LEN, g] = 0
@@ -1282,11 +1282,12 @@ def _predicted_latency(req_i, inst_i, inst_f, unit_i, ent, clu_i, lat_p, c, r):
     step-time model, from the router's signals (baselines/routing/predict.ttft_s, tpot_s)."""
     i0 = clu_i[CI_INST0, c]
     i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
-    kind, integer_us, p = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c], lat_p[c]
+    kind, integer_us = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c]
     bs, budget, inp = clu_i[CI_BS, c], clu_i[CI_BUDGET, c], req_i[RI_INPUT, r]
     ttft, tpot = np.empty(i1 - i0), np.empty(i1 - i0)
     for i in range(i1 - i0):
         g = i0 + i
+        p = lat_p[g]
         kv_tokens = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] * bs  # the scraped decode context
         uncached = max(0, inp - cached_tokens(req_i, unit_i, inst_i, ent, g, r))
         ttft[i] = _prefill_time_s(kind, p, integer_us, budget, inst_i[II_QPREFILL, g] + uncached, inp,
@@ -1305,7 +1306,7 @@ def _route_preble(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, lat_p, win_t
     i0 = clu_i[CI_INST0, c]
     i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
-    kind, integer_us, p = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c], lat_p[c]
+    kind, integer_us = clu_i[CI_LAT_KIND, c], clu_i[CI_INTEGER_US, c]
     bs, budget, inp = clu_i[CI_BS, c], clu_i[CI_BUDGET, c], req_i[RI_INPUT, r]
     base, window = clu_i[CI_REQ0, c], int(clu_f[CF_R2, c])
     load = inst_i[II_INFLIGHT, i0:i1]
@@ -1324,14 +1325,14 @@ def _route_preble(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, lat_p, win_t
             g = i0 + i
             kv_tokens = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] * bs
             decode = inst_i[II_INFLIGHT, g] * clu_f[CF_EXP_OUT, c] * tpot
-            cost[i] = _prefill_time_s(kind, p, integer_us, budget, max(0, inp - hits[i]), inp,
+            cost[i] = _prefill_time_s(kind, lat_p[g], integer_us, budget, max(0, inp - hits[i]), inp,
                                       inst_i[II_SCR_RUNNING, g], int(kv_tokens)) + decode
             if exploit and hits[i] != best:
                 cost[i] = np.inf
         choice = np.argmin(cost)
     g = i0 + choice
     context = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] * bs + inp
-    win_t[base + clu_i[CI_WIN_LEN, c] % window] = step_us(kind, p, integer_us, 0, 0.0, 0.0, 0.0,
+    win_t[base + clu_i[CI_WIN_LEN, c] % window] = step_us(kind, lat_p[g], integer_us, 0, 0.0, 0.0, 0.0,
                                                           inst_i[II_INFLIGHT, g] + 1, float(int(context))) / 1e6
     clu_i[CI_WIN_LEN, c] += 1
     return choice

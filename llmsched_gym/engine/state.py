@@ -461,7 +461,7 @@ class EngineState:
         ci[CI_BAND_CAP, c] = x.band_capacity
         kind, params = lower(x.latency)
         ci[CI_LAT_KIND, c], ci[CI_INTEGER_US, c] = kind, int(x.latency.integer_us)
-        self.lat_p[c] = params
+        self.lat_p[i0:i1] = params
         cf[CF_HORIZON, c] = x.horizon_s
         cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
         cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
