@@ -238,3 +238,27 @@ def test_cold_compile_in_two_processes_is_what_the_event_loop_uses(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     run = subprocess.run([sys.executable, "-c", _COLD_COMPILE], env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_mixed_fleet_instances_price_steps_with_their_own_model():
+    """A cluster whose instance 1 has twice instance 0's step coefficients and half its KV:
+    one request each (round-robin), a hand-computed first token per instance."""
+    from llmsched_gym import SimulatorBatch
+    from llmsched_gym.engine.latency import LinearModel
+    from llmsched_gym.workloads.workload import Workload
+
+    coef = dict(alpha0=100.0, alpha1=0.0, alpha2=50.0, beta0=1000.0, beta1=2.0, beta2=10.0)
+    fast = LinearModel(**coef)
+    slow = LinearModel(**{**coef, "beta0": 2000.0, "beta1": 4.0, "beta2": 20.0})
+    w = Workload([0.0, 0.0], [512, 512], [1, 1])
+    sim = Simulator(w, ClusterConfig(instances=2, kv_blocks=100), GatewayConfig(router="round-robin"), batch=False)
+    sim.latency = fast
+    sim.inputs.latency, sim.inputs.instance_latency = fast, (fast, slow)
+    sim.inputs.kv_blocks = np.array([100, 50])
+    SimulatorBatch([sim]).run()
+    t = sim.table
+    assert list(t.instance) == [0, 1]
+    # arrival delay alpha0, one prefill step beta0 + beta1 x 512, first-token delay alpha2 (us)
+    np.testing.assert_allclose(t.first_token_t - t.dispatch_t, [(100 + 1000 + 2 * 512 + 50) * 1e-6,
+                                                                (100 + 2000 + 4 * 512 + 50) * 1e-6])
+    np.testing.assert_array_equal(sim.state.instances.total[:2], [100, 50])

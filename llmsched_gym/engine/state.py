@@ -110,7 +110,7 @@ def _table_size(x: ClusterInputs, units, cpu: bool = False) -> tuple[int, bool]:
     costs at most 8x a hashed table; else hashed: a power of two at least twice the most
     entries it can hold (every cached unit has a block of its own), so that memory
     follows the capacity and probing stays short."""
-    blocks = int(x.cpu_blocks if cpu else x.kv_blocks)
+    blocks = int(x.cpu_blocks if cpu else np.max(x.kv_blocks))
     if cpu and not blocks:
         return 0, False
     if cpu and x.cpu_shared:
@@ -171,7 +171,7 @@ class ClusterInputs:
     band_index: np.ndarray  # band of each request (0 = highest priority)
     num_bands: int
     instances: int
-    kv_blocks: int
+    kv_blocks: int | np.ndarray  # per instance (one value: every instance)
     engine: object  # EngineConfig
     latency: object  # StepTimeModel
     scrape_interval_s: float
@@ -192,6 +192,7 @@ class ClusterInputs:
     kv_us_per_token: float = 0.0  # P/D KV transfer: microseconds per prompt token over the link
     kv_latency_s: float = 0.0  # and seconds per transfer
     eviction: object = None  # llmsched_gym.gateway.eviction.EvictionConfig (None: off)
+    instance_latency: tuple | None = None  # one StepTimeModel per instance, of one kind (None: `latency` for all)
     units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
@@ -462,6 +463,10 @@ class EngineState:
         kind, params = lower(x.latency)
         ci[CI_LAT_KIND, c], ci[CI_INTEGER_US, c] = kind, int(x.latency.integer_us)
         self.lat_p[i0:i1] = params
+        for g, model in enumerate(x.instance_latency or (), start=i0):  # a mixed fleet: each its own
+            kind_g, self.lat_p[g] = lower(model)
+            if kind_g != kind:
+                raise ValueError(f"instance {g - i0}'s step-time model is of another kind than the cluster's")
         cf[CF_HORIZON, c] = x.horizon_s
         cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
         cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
