@@ -94,14 +94,16 @@ def _fork_and_compare(seed, instances, kv, rate, seqs, budget, groups, router, f
         assert sim.table.counts() == original.table.counts()
 
 
-def test_fork_of_a_busy_hashed_cluster_reuses_its_slots(monkeypatch):
+@pytest.mark.parametrize("hashed", [True, False])
+def test_fork_of_a_busy_cluster_reuses_its_slots(monkeypatch, hashed):
     """Chatbot's prefix sharing on small hashed tables (collisions, evictions, backward shifts)
-    and a CPU tier: copies forked twice into the same slots (the second fork over the first's
-    leftovers) equal the original."""
+    or direct ones, and a CPU tier: copies forked twice into the same slots (the second fork
+    over the first's leftovers, which met more keys) equal the original."""
     import llmsched_gym as g
     from llmsched_gym.engine import state as ST
 
-    monkeypatch.setattr(ST, "_table_size", _hashed)
+    if hashed:
+        monkeypatch.setattr(ST, "_table_size", _hashed)
     w = g.make_scenario("chatbot", qps=30, duration_s=20).build_workload(0)
     cluster = ClusterConfig(instances=2, kv_blocks=1500, cpu_kv_gb=0.5)
     original = Simulator(w, cluster, GatewayConfig(router="llm-d"), seed=0)

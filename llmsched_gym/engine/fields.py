@@ -52,6 +52,7 @@ class Record:
     points_to: str | None = None
     default: float = 0.0
     occupied_by: str | None = None  # a field whose 0 marks an empty slot, whose other fields the kernel never reads
+    static: bool = False  # written by load() only, never by the kernel: a slot holding the same workload has it
 
     @property
     def field_axis(self) -> int | None:
@@ -92,7 +93,7 @@ REQUEST_FLOAT = Record("req_f", ("req",), np.float64, ("field", "slot"), prefix=
     "RF_SENT",
     Field("RF_TRANSFER", default=np.nan, doc="seconds its KV took from the prefill to the decode instance"),
 ))
-UNIT = Record("unit_i", ("unit",), np.int64, ("field", "slot"), prefix="U", fields=_fields(
+UNIT = Record("unit_i", ("unit",), np.int64, ("field", "slot"), prefix="U", static=True, fields=_fields(
     Field("U_KEY", doc="cluster-local dense key"), Field("U_BLOCKS", doc="full blocks"),
     Field("U_END", doc="token end"),
 ))
@@ -176,7 +177,7 @@ RECORDS: tuple[Record, ...] = (
     Record("win_t", ("req",), np.float64, ("slot",)),  # LMetric's detector: arrival times and classes
     Record("win_c", ("req",), np.int64, ("slot",)),  # in its window, a ring over the request slots,
     Record("ccount", ("req",), np.int64, ("slot",)),  # and arrivals per class in the window
-    Record("bkey", ("bkey",), np.int64, ("slot",)),  # router block keys, dense per cluster
+    Record("bkey", ("bkey",), np.int64, ("slot",), static=True),  # router block keys, dense per cluster
 )
 
 

@@ -14,6 +14,7 @@ import copy
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 from numba.typed import List
 
 from . import kernel
@@ -148,19 +149,40 @@ def _index(rec, start: int, n: int, extents: dict) -> tuple:
                  slice(0, extents[axis]) for axis in rec.shape)
 
 
-def _copy_occupied(rec, a: np.ndarray, s0: int, b: np.ndarray, d0: int, n: int, shifts) -> None:
-    """Copy the occupied slots of ``a[s0:s0 + n]`` to ``b[d0:d0 + n]`` (pointer fields shifted by
-    ``shifts``' deltas) and mark every other destination slot empty: a prefix-cache table is
-    mostly empty, and the kernel writes every field of a slot it fills."""
+def _copy_table(rec, a: np.ndarray, s0: int, b: np.ndarray, d0: int, n: int, shifts, live, stale) -> None:
+    """Copy the entries of a slot's prefix-cache tables, ``a[s0:s0 + n]``, to ``b[d0:d0 + n]``
+    (pointer fields shifted by ``shifts``' deltas), every other destination slot left empty.
+
+    A table is mostly empty, and the kernel writes every field of a slot it fills, so only
+    occupied slots move: ``live`` lists the row ranges (relative) that can hold the source's
+    entries (direct tables: the keys met so far), None for anywhere; ``stale`` the same for
+    what the destination held before (False: it was just allocated, empty)."""
     key = LAYOUT[rec.occupied_by]
-    rows = np.flatnonzero(a[s0:s0 + n, key])
-    b[d0 + np.flatnonzero(b[d0:d0 + n, key]), key] = 0
-    block = a[s0 + rows]
-    for row, d in shifts:
-        if d:
-            v = block[:, row]
-            block[:, row] = np.where(v >= 0, v + d, v)
-    b[d0 + rows] = block
+    if stale:
+        for start, length in stale:
+            b[d0 + start:d0 + start + length, key] = 0
+    ranges = np.array([(0, n)] if live is None or stale is None else live, np.int64).reshape(-1, 2)
+    fields = np.array([row for row, d in shifts if d], np.int64)
+    deltas = np.array([d for row, d in shifts if d], np.int64)
+    _copy_rows(a, s0, b, d0, ranges, key, fields, deltas)
+
+
+@njit(cache=True)
+def _copy_rows(a, s0, b, d0, ranges, key, fields, deltas):
+    """Within ``ranges`` (start, length), each occupied row of ``a`` (from ``s0``) to ``b``
+    (from ``d0``) with ``fields`` shifted by ``deltas`` where >= 0; a row empty in ``a`` is
+    marked empty in ``b``. One pass: what a fork of a large, sparse table costs."""
+    for k in range(ranges.shape[0]):
+        for i in range(ranges[k, 0], ranges[k, 0] + ranges[k, 1]):
+            src, dst = s0 + i, d0 + i
+            if a[src, key] != 0:
+                for f in range(a.shape[1]):
+                    b[dst, f] = a[src, f]
+                for j in range(len(fields)):
+                    if b[dst, fields[j]] >= 0:
+                        b[dst, fields[j]] += deltas[j]
+            elif b[dst, key] != 0:
+                b[dst, key] = 0
 
 
 @dataclass
@@ -215,6 +237,7 @@ class EngineState:
         self.rngs = List()
         for x in clusters:
             self.rngs.append(x.rng)
+        self.sources = [None] * len(clusters)  # the prefix units each slot was loaded with (see _copy_slot)
         for c, (x, u) in enumerate(zip(clusters, units)):
             self.load(c, x, u, fresh=True)
 
@@ -261,16 +284,41 @@ class EngineState:
                 "inst": (int(self.inst_off[c]), inst), "bkey": (int(self.bk_off[c]), bkey),
                 "ix": (int(self.ix_off[c]), ix), "clu": (c, 1)}
 
-    def _copy_slot(self, src: "EngineState", k: int, c: int) -> None:
+    def _table_rows(self, c: int, space: str) -> list[tuple[int, int]] | None:
+        """Row ranges of slot ``c``'s ``ent`` (GPU) or ``cpu`` tables, relative to the slot's
+        region, that can hold entries now; None if a table is hashed (anywhere). A direct
+        table holds key ``k`` in row ``k``, and keys are numbered in order of first use in the
+        workload, so only the keys of requests that have arrived can be there."""
+        i0, i1 = int(self.inst_off[c]), int(self.inst_off[c + 1])
+        ii = self.inst_i
+        first, direct, mask = ((LAYOUT["II_ENT0"], LAYOUT["II_ENT_DIRECT"], LAYOUT["II_ENT_MASK"]) if space == "ent"
+                               else (LAYOUT["II_CPU0"], LAYOUT["II_CPU_DIRECT"], LAYOUT["II_CPU_MASK"]))
+        if not ii[direct, i0:i1].all():
+            return None
+        region = self._ranges(c)[space][0]
+        ptr = int(self.clu_i[LAYOUT["CI_PTR"], c])
+        r0 = int(self.req_off[c])
+        u0, u1 = (int(self.req_i[LAYOUT["RI_UNIT0"], r0]), int(self.req_i[LAYOUT["RI_UNIT1"], r0 + ptr - 1])) if ptr else (0, 0)
+        keys = int(self.unit_i[LAYOUT["U_KEY"], u0:u1].max()) + 1 if u1 > u0 else 0
+        starts = {int(ii[first, g]) - region: int(ii[mask, g]) + 1 for g in range(i0, i1)}  # a shared tier: one
+        return [(start, min(keys, size)) for start, size in starts.items()]
+
+    def _copy_slot(self, src: "EngineState", k: int, c: int, fresh: bool = False) -> None:
         """Copy slot ``k`` of ``src`` (this state or another) into slot ``c`` of this one, every
-        pointer re-based to the new place (:mod:`.fields`); slot ``c`` must be at least as large."""
+        pointer re-based to the new place (:mod:`.fields`); slot ``c`` must be at least as large
+        (``fresh``: it was just allocated, all zeros)."""
         old, new = src._ranges(k), self._ranges(c)
         short = [s for s in SPACES if new[s][1] < old[s][1]]
         if short or self.num_bands < src.num_bands or self.max_seqs < src.max_seqs:
             raise ValueError(f"cluster slot {c} is smaller than slot {k} of the source state ({short or 'bands'})")
         delta = {s: new[s][0] - old[s][0] for s in SPACES}
+        same_workload = not fresh and self.sources[c] is not None and self.sources[c] is src.sources[k]
         extents = {"bands": src.num_bands, "seqs": src.max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
+        stale = {s: False if fresh else self._table_rows(c, s) for s in ("ent", "cpu")}  # before inst_i moves
+        self.sources[c] = src.sources[k]
         for rec in RECORDS:
+            if rec.static and same_workload:  # what load() wrote is there already
+                continue
             a, b = getattr(src, rec.array), getattr(self, rec.array)
             pointers = pointer_rows(rec)
             for space in rec.spaces:
@@ -278,7 +326,8 @@ class EngineState:
                 if not n:
                     continue
                 if rec.occupied_by:
-                    _copy_occupied(rec, a, s0, b, d0, n, [(row, delta[space if t == SELF else t]) for row, t in pointers])
+                    _copy_table(rec, a, s0, b, d0, n, [(row, delta[space if t == SELF else t]) for row, t in pointers],
+                                src._table_rows(k, space), stale[space])
                     continue
                 region = b[_index(rec, d0, n, extents)]
                 region[...] = a[_index(rec, s0, n, extents)]
@@ -302,8 +351,9 @@ class EngineState:
         new.slack = self.slack
         new._allocate(caps, max(self.num_bands, x.num_bands), max(self.max_seqs, x.engine.max_num_seqs))
         new.rngs = self.rngs
+        new.sources = [None] * C
         for k in range(C):
-            new._copy_slot(self, k, k)
+            new._copy_slot(self, k, k, fresh=True)
         return new
 
     def forked(self, c: int, k: int) -> "EngineState":
@@ -314,9 +364,10 @@ class EngineState:
         new.slack = self.slack
         new._allocate([self._caps(c)] * k, self.num_bands, self.max_seqs)
         new.rngs = List()
+        new.sources = [None] * k
         for j in range(k):
             new.rngs.append(copy.deepcopy(self.rngs[c]))
-            new._copy_slot(self, c, j)
+            new._copy_slot(self, c, j, fresh=True)
         return new
 
     def fork(self, c: int, slots, source: "EngineState | None" = None) -> None:
@@ -481,6 +532,7 @@ class EngineState:
         ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
         cf[CF_EVICT_GRACE, c] = 0.0 if ev is None else ev.confirmation_grace_s
         self.rngs[c] = x.rng
+        self.sources[c] = units
 
     @property
     def requests(self) -> Rows:
