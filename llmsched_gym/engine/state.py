@@ -237,7 +237,7 @@ class EngineState:
         self.rngs = List()
         for x in clusters:
             self.rngs.append(x.rng)
-        self.sources = [None] * len(clusters)  # the prefix units each slot was loaded with (see _copy_slot)
+        self.sources = [None] * len(clusters)  # the inputs each slot was loaded with (see _copy_slot)
         for c, (x, u) in enumerate(zip(clusters, units)):
             self.load(c, x, u, fresh=True)
 
@@ -532,7 +532,7 @@ class EngineState:
         ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
         cf[CF_EVICT_GRACE, c] = 0.0 if ev is None else ev.confirmation_grace_s
         self.rngs[c] = x.rng
-        self.sources[c] = units
+        self.sources[c] = x
 
     @property
     def requests(self) -> Rows:
