@@ -25,7 +25,7 @@ import hashlib
 import threading
 from pathlib import Path
 
-from numba.core import caching, codegen, dispatcher
+from numba.core import caching, codegen, dispatcher, types
 
 _ENGINE = Path(__file__).resolve().parent
 _PACKAGE = _ENGINE.parent
@@ -106,6 +106,8 @@ def install() -> None:
     optimize = codegen.CPUCodeLibrary._optimize_final_module
 
     def compile_tracked(self, sig):
+        if self.py_func.__module__ == _KERNEL and isinstance(sig, tuple):
+            sig = tuple(types.unliteral(a) for a in sig)  # one specialization, not one per constant argument
         stack = _compiling.__dict__.setdefault("stack", [])
         stack.append(self.py_func)
         try:
