@@ -179,8 +179,9 @@ def _keys_of(x: ClusterInputs) -> tuple:
         bk = router_block_keys(x.workload, *x.router_block_keys)[:3] if x.router_block_keys else (
             np.zeros(len(x.workload) + 1, np.int64), np.zeros(0, np.int64), 0)
         units = prefix_units(x.workload, x.engine.block_size)
-        least = np.full(units[4], np.iinfo(np.int64).max)
-        np.minimum.at(least, units[1], units[2])  # a key's blocks, the fewest if they differ
+        least = np.zeros(units[4], np.int64)
+        for b in np.unique(units[2])[::-1]:  # a key's blocks, the fewest if they differ (a few values)
+            least[units[1][units[2] == b]] = b
         x.units = units + bk + (np.cumsum(np.sort(np.maximum(least, 1))),)
     return x.units
 
