@@ -700,6 +700,7 @@ class SimulatorBatch:
 
     def __init__(self, sims: list[Simulator], slack: float = 1.0):
         self.sims = list(sims)
+        ensure_compiled()
         self.state = EngineState([s.inputs for s in self.sims], slack=slack)
         for c, s in enumerate(self.sims):
             s._attach(self.state, c)
@@ -785,23 +786,51 @@ def _warm_up_simulator() -> Simulator:
                      GatewayConfig(router="jsq", flow_control="soft-reflective-ceiling"))
 
 
+#: CPU seconds of a cold compile in two processes (63 s of wall time measured on a shared 2-core machine), for the estimate shown.
+COMPILE_CPU_S = 110.0
+
+_compile_checked = False  # whether this process has made sure the kernels are compiled
+
+
 def compile_kernels() -> None:
     """Compile (or load from numba's disk cache) the engine's kernels now, by simulating
     two requests. Worker pools call it first, so that their processes find the kernels
-    compiled (inherited or cached) instead of all compiling them at once. On a cold cache
-    with two or more cores, a second process compiles part of the event loop meanwhile
-    (:mod:`llmsched_gym.engine.warmup`)."""
-    sim = _warm_up_simulator()
-    if (os.cpu_count() or 1) >= 2 and warmup.cache_is_cold():
+    compiled (inherited or cached) instead of all compiling them at once; the first
+    simulator of a process does too. On a cold cache it says so on stderr with an
+    estimate, and with two or more cores a second process compiles part of the event
+    loop meanwhile (:mod:`llmsched_gym.engine.warmup`)."""
+    global _compile_checked
+    _compile_checked = True
+    cold = warmup.cache_is_cold()
+    start = _time.perf_counter()
+    if cold:
+        procs = min(os.cpu_count() or 1, 2)
+        print(f"llmsched-gym: compiling the simulator, once per install (about {COMPILE_CPU_S / procs:.0f} s "
+              f"on {procs} core{'s' * (procs > 1)}; later runs load it from numba's cache) ...",
+              end="", file=sys.stderr, flush=True)
+    if cold and procs >= 2:
         child = subprocess.Popen([sys.executable, "-c", "from llmsched_gym.simulator import _compile_background; "
                                   "_compile_background()"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
+            sim = _warm_up_simulator()
             warmup.compile_subtrees(warmup.FOREGROUND, sim.state)
         finally:
             child.wait()
+    else:
+        sim = _warm_up_simulator()
     sim.run()
+    if cold:
+        print(f" done in {_time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+
+
+def ensure_compiled() -> None:
+    """:func:`compile_kernels` once per process, before the first simulation."""
+    if not _compile_checked:
+        compile_kernels()
 
 
 def _compile_background() -> None:
     """The second process of :func:`compile_kernels`."""
+    global _compile_checked
+    _compile_checked = True
     warmup.compile_subtrees(warmup.BACKGROUND, _warm_up_simulator().state)

@@ -185,6 +185,7 @@ def test_hashed_prefix_tables_simulate_as_direct_ones(monkeypatch, router):
     the hashed tables small and busy (collisions, evictions, backward shifts)."""
     import llmsched_gym as g
     from llmsched_gym.engine import state as ST
+    from llmsched_gym.engine.layout import EN_KEY, II_ENT0
 
     sc = g.make_scenario("chatbot", qps=30, duration_s=40)
     w = sc.build_workload(0)
@@ -195,19 +196,22 @@ def test_hashed_prefix_tables_simulate_as_direct_ones(monkeypatch, router):
         t = sim.table
         return sim, (t.first_token_t, t.finish_t, t.prefix_hit, t.cpu_hit, t.instance, t.outcome, t.preemptions)
 
+    monkeypatch.setattr(ST, "DIRECT_MAX_RATIO", 10**9)
     direct_sim, direct = run()
     assert direct_sim.table.cpu_hit.any()  # the tier is used
     assert ST._table_size(direct_sim.inputs, ST._keys_of(direct_sim.inputs))[1]
 
-    def hashed(x, units, cpu=False):
-        n = ST._pow2_at_least(2 * max(min(units[4], int(x.cpu_blocks if cpu else x.kv_blocks)), 4))
-        return n, False
-
-    monkeypatch.setattr(ST, "_table_size", hashed)
+    monkeypatch.undo()  # the default: hashed tables sized by the most units that fit at once
     hashed_sim, got = run()
-    # fewer slots than keys: inserting new units needs the deletions of evicted ones
-    assert hashed_sim.state.ent.shape[0] < ST._keys_of(hashed_sim.inputs)[4] * cluster.instances
-    assert (direct_sim.table.prefix_hit > 0).any()
+    x, units = hashed_sim.inputs, ST._keys_of(hashed_sim.inputs)
+    slots, direct_table = ST._table_size(x, units)
+    assert not direct_table and slots * 4 < units[4]  # far fewer slots than keys: a busy table
+    most = int(np.searchsorted(units[8], x.kv_blocks, side="right"))
+    assert most < x.kv_blocks  # a tighter bound than one unit per block
+    st = hashed_sim.state
+    for i in range(x.instances):  # what the instances cache at the end is within the bound
+        e0 = st.inst_i[II_ENT0, i]
+        assert 0 < np.count_nonzero(st.ent[e0:e0 + slots, EN_KEY]) <= most
     for a, b in zip(direct, got):
         np.testing.assert_array_equal(a, b)
 

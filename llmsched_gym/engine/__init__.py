@@ -6,9 +6,14 @@
 * :mod:`.steptime` - the step-time models lowered to compiled arithmetic;
 * :mod:`.units` - prefix units and their dense keys;
 * :mod:`.policies` - which gateway policies run in the kernel;
+* :mod:`.jitcache` - numba's disk cache keyed on the engine's source, lean nested compiles;
 * :mod:`.warmup` - compiling the event loop in two processes on a cold cache.
 """
 
-from .config import EngineConfig
+from . import jitcache
+
+jitcache.install()  # before any cached function of the package is defined
+
+from .config import EngineConfig  # noqa: E402
 
 __all__ = ["EngineConfig"]

@@ -97,8 +97,8 @@ from .units import prefix_classes, prefix_units, router_block_keys
 LAYOUT = constants()
 
 #: A prefix-cache table is indexed by key directly when that takes at most this many times
-#: the slots of a hashed one (see _table_size).
-DIRECT_MAX_RATIO = 8
+#: the slots of a hashed one (see _table_size): never more memory than hashing.
+DIRECT_MAX_RATIO = 1
 
 
 def _pow2_at_least(n: float) -> int:
@@ -107,17 +107,19 @@ def _pow2_at_least(n: float) -> int:
 
 def _table_size(x: ClusterInputs, units, cpu: bool = False) -> tuple[int, bool]:
     """(slots, direct) of an instance's prefix-cache table (``cpu``: of its CPU tier; no
-    slots without one). Direct: one slot per distinct key, indexed by the key, when that
-    costs at most 8x a hashed table; else hashed: a power of two at least twice the most
-    entries it can hold (every cached unit has a block of its own), so that memory
-    follows the capacity and probing stays short."""
+    slots without one). Hashed: a power of two at least twice the most entries it can
+    hold at once, so that probing stays short and memory follows what the instance can
+    cache, not the workload: every entry holds its unit's blocks, so at most the
+    workload's smallest units that together fit in its blocks. Direct (one slot per
+    distinct key, indexed by the key) when that takes no more slots."""
     blocks = int(x.cpu_blocks if cpu else np.max(x.kv_blocks))
     if cpu and not blocks:
         return 0, False
     if cpu and x.cpu_shared:
         blocks = blocks * x.instances
     n_keys = units[4]
-    hashed = _pow2_at_least(2 * max(min(n_keys, blocks), 4))
+    most = int(np.searchsorted(units[8], blocks, side="right"))
+    hashed = _pow2_at_least(2 * max(most, 4))
     return (max(n_keys, 1), True) if n_keys <= DIRECT_MAX_RATIO * hashed else (hashed, False)
 
 
@@ -135,11 +137,16 @@ def _table_slots(x: ClusterInputs, units, slack: float, cpu: bool = False) -> in
 
 def _keys_of(x: ClusterInputs) -> tuple:
     """Prefix units and router block keys of a cluster's workload (see :mod:`.units`),
-    computed once per inputs."""
+    and the running total of its distinct units' blocks, smallest first (how many units
+    can be cached at once, :func:`_table_size`); computed once per inputs."""
     if x.units is None:
         bk = router_block_keys(x.workload, *x.router_block_keys)[:3] if x.router_block_keys else (
             np.zeros(len(x.workload) + 1, np.int64), np.zeros(0, np.int64), 0)
-        x.units = prefix_units(x.workload, x.engine.block_size) + bk
+        units = prefix_units(x.workload, x.engine.block_size)
+        least = np.zeros(units[4], np.int64)
+        for b in np.unique(units[2])[::-1]:  # a key's blocks, the fewest if they differ (a few values)
+            least[units[1][units[2] == b]] = b
+        x.units = units + bk + (np.cumsum(np.sort(np.maximum(least, 1))),)
     return x.units
 
 
@@ -442,7 +449,7 @@ class EngineState:
         """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset
         to its fields' defaults (:meth:`_reset`), then loaded with ``x``."""
         units = _keys_of(x) if units is None else units
-        uoff, keys, blocks, ends, _, bk_off, bkeys, n_bkeys = units
+        uoff, keys, blocks, ends, _, bk_off, bkeys, n_bkeys, _ = units
         short = self._fit(c, x, units)
         if short is not None:
             raise ValueError(f"cluster slot {c} has too little room for this workload's {short}")
@@ -533,6 +540,7 @@ class EngineState:
         cf[CF_EVICT_GRACE, c] = 0.0 if ev is None else ev.confirmation_grace_s
         self.rngs[c] = x.rng
         self.sources[c] = x
+        x.units = None  # the slot holds what it needs (~10 MB on a 16-instance chatbot); recomputed if asked
 
     @property
     def requests(self) -> Rows:

@@ -13,7 +13,6 @@ which loads both from the cache: about 65 s instead of 80 on two cores.
 from __future__ import annotations
 
 import inspect
-import os
 
 import numba
 import numpy as np
@@ -51,9 +50,11 @@ def compile_subtrees(names, state) -> None:
 
 
 def cache_is_cold() -> bool:
-    """Whether numba's disk cache has no entry for the event loop (a fresh install or an
-    edited kernel); False if that cannot be told."""
+    """Whether numba's disk cache has no valid entry for the event loop (a fresh install,
+    or an edit anywhere in the engine: see :mod:`.jitcache`); False if that cannot be told."""
+    if kernel.advance.signatures:
+        return False  # compiled in this process
     try:
-        return not os.path.exists(kernel.advance._cache._cache_file._index_path)
+        return not kernel.advance._cache._cache_file._load_index()
     except AttributeError:  # numba's cache internals moved: compile in one process
         return False

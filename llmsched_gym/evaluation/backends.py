@@ -73,7 +73,7 @@ class LocalBackend:
                 if on_result:
                     on_result(i, results[i])
             return results
-        _warm_up()  # once here: forked workers inherit the kernels, spawned ones load numba's cache
+        warm_up()  # once here: forked workers inherit the kernels, spawned ones load numba's cache
         with ProcessPoolExecutor(max_workers=n, mp_context=self.mp_context) as pool:
             futures = {pool.submit(fn, t): i for i, t in enumerate(tasks)}
             for f in as_completed(futures):
@@ -133,7 +133,7 @@ class RayBackend:
         results: list = [None] * len(tasks)
         if not tasks:
             return results
-        _warm_up()  # fills numba's disk cache that local workers load from
+        warm_up()  # fills numba's disk cache that local workers load from
         remote = ray.remote(num_cpus=1)(_run_warm)
         limit = self.requested or len(tasks)
         queue = iter(enumerate(tasks))
@@ -205,8 +205,9 @@ def make_backend(backend: "str | LocalBackend | RayBackend | None" = None, *, wo
 _warm = False
 
 
-def _warm_up() -> None:
-    """Compile (or load) the engine's kernels, once per process."""
+def warm_up() -> None:
+    """Compile (or load) the engine's kernels, once per process (on a cold cache it says
+    so on stderr: callers with a progress display call it before showing it)."""
     global _warm
     if not _warm:
         from ..simulator import compile_kernels
@@ -217,5 +218,5 @@ def _warm_up() -> None:
 
 def _run_warm(fn: Callable, task):
     """One task in a Ray worker, after that worker's warm-up."""
-    _warm_up()
+    warm_up()
     return fn(task)

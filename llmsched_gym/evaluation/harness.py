@@ -36,7 +36,7 @@ from .. import tables
 from ..errors import ConfigError, OutputError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, parse_policy
 from ..validation import SEEDS, check_number, checked_keywords
-from .backends import make_backend
+from .backends import make_backend, warm_up
 
 RATE_KINDS = ("qps", "load", "paper_qps")
 #: Overrides applied after the rate is resolved (they do not change the capacity a
@@ -415,6 +415,7 @@ def _execute(tasks: list[dict], workers, progress, mp_context=None, backend=None
         return results
 
     try:
+        warm_up()  # a first compile says so before the bar is drawn, which then moves from the first cell
         if progress is True:
             from rich.progress import (
                 BarColumn,
