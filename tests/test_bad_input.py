@@ -736,3 +736,20 @@ def test_policy_range_declared_once(name, factory, param, tp, capsys):
     if factory.role in ("routing", "usage-limit", "admission"):
         with pytest.raises(ConfigError, match=param):
             dump_epp_config(f"{name}:{param}={bad}")
+
+
+def test_state_beyond_memory_is_one_line(monkeypatch):
+    """The engine's state grows with instances x requests; an allocation numpy refuses
+    is a ConfigError naming both, not numpy's traceback."""
+    import llmsched_gym.simulator as S
+    from llmsched_gym.errors import ConfigError
+    from llmsched_gym.scenarios import make_scenario
+
+    def refuse(*args, **kwargs):
+        raise MemoryError("Unable to allocate 368. GiB for an array with shape (3, 16452622336) and data type int64")
+
+    monkeypatch.setattr(S, "EngineState", refuse)
+    with pytest.raises(ConfigError) as ei:
+        make_scenario("codegen", qps=2, duration_s=2, instances=4).simulator(0)
+    msg = str(ei.value)
+    assert "\n" not in msg and "368. GiB" in msg and "4 instances x" in msg and "fewer instances" in msg
