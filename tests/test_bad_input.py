@@ -288,6 +288,12 @@ CLI_ROWS = [
     row("run-json-exists", RUN + ["--json", "{F}/existing.json"], "existing.json", "exists", "--force", fast=True),
     row("compare-out-holds-results", CMP + ["--out", "{F}/results-dir"], "results-dir", "results.csv", "--force",
         fast=True),
+    row("policies-out-exists", ["policies", "--to-epp-config", "llm-d", "--out", "{F}/existing.json"], "existing.json",
+        "--force", fast=True),
+    row("tune-out-holds-results", ["tune", "--scenario", "chatbot", "--space", "bailian:lam=0..1", "--out",
+                                   "{F}/results-dir"], "results-dir", "--force", fast=True, needs=("optuna",)),
+    row("train-out-holds-results", ["train", "--timesteps", "10", "--out", "{F}/results-dir"], "results-dir", "--force",
+        fast=True, rl=True),
     # ---- lenient parsing, now strict
     row("compare-label-empty", CMP[:-4] + ["--policies", "jsq+label=;lmetric"], "label=''", "give a name"),
     row("compare-load-duplicate", ["compare", "--scenario", "chatbot", "--load", "0.5,0.5"], "--load='0.5,0.5'",
