@@ -216,7 +216,6 @@ class Scenario:
                               f"{QPS['le']:g} req/s any real cluster takes")
         return qps
 
-    @checked_keywords
     def check_size(self, rate: str | None = None) -> None:
         """The rate within what a real cluster takes, and the requests it generates within
         what one simulation holds, before any is allocated; ``rate`` names the setting
@@ -232,6 +231,7 @@ class Scenario:
                               f"than the {REQUESTS['le']:,} one simulation takes; lower the rate or the window "
                               "(duration_s)")
 
+    @checked_keywords
     def build_workload(self, seed: int = 0) -> Workload:
         """The requests of this scenario for ``seed`` (same seed, same requests)."""
         check_seed("seed", seed)

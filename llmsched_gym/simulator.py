@@ -701,7 +701,13 @@ class SimulatorBatch:
     def __init__(self, sims: list[Simulator], slack: float = 1.0):
         self.sims = list(sims)
         ensure_compiled()
-        self.state = EngineState([s.inputs for s in self.sims], slack=slack)
+        try:
+            self.state = EngineState([s.inputs for s in self.sims], slack=slack)
+        except MemoryError as e:  # the state grows with instances x requests: say which, in one line
+            sizes = ", ".join(f"{s.cluster.instances} instances x {len(s.workload):,} requests" for s in self.sims[:3])
+            raise ConfigError(f"the simulation state does not fit in memory ({' '.join(str(e).split())}) for "
+                              f"{sizes}{', ...' if len(self.sims) > 3 else ''}; give fewer instances, a lower "
+                              "rate or a shorter window (duration_s)") from None
         for c, s in enumerate(self.sims):
             s._attach(self.state, c)
 

@@ -6,8 +6,8 @@ helpers here *before* any simulation starts. A bad value raises
 :class:`~llmsched_gym.errors.ConfigError` (a ``ValueError``) whose message is one line
 naming the field, the value and what is allowed, e.g.::
 
-    policy 'llm-d': prefix_weight='abc' is invalid; it must be a finite number
-        (llm-d takes queue_weight: float = 2.0, kv_weight: float = 2.0, ...)
+    policy 'llm-d': prefix_weight='abc' is invalid; it must be a finite number in [0, 1000000]
+        (llm-d takes queue_weight: float in [0, 1000000] = 2.0, ...)
 
 The CLI prints that line and exits with code 2 (see docs/architecture.md, "Bad input").
 
@@ -16,7 +16,9 @@ number, no bool to int, no non-finite floats); ranges come from rule tables kept
 what they check (``CLUSTER_RULES`` / ``ENGINE_RULES`` / ``GATEWAY_RULES`` in
 :mod:`llmsched_gym.simulator`, ``SCENARIO_OVERRIDE_RULES`` in :mod:`llmsched_gym.scenarios`,
 ``FLAG_RULES`` in :mod:`llmsched_gym.flags`, ``ENV_KEYWORDS`` in
-:mod:`llmsched_gym.envs.core`). The checkers here are generic: the lowest layer, importing
+:mod:`llmsched_gym.envs.core`), upper bounds included (the ``MAX_*`` limits below); a
+policy declares each parameter's range in its constructor's annotation (:func:`ranged`,
+``Fraction``, ``Weight``, ...). The checkers here are generic: the lowest layer, importing
 nothing of the package but :mod:`llmsched_gym.errors`.
 Results are written atomically (:func:`atomic_write_text`): a temporary file in the
 target directory, then ``os.replace``, so a failed write never leaves a partial file.

@@ -288,6 +288,12 @@ CLI_ROWS = [
     row("run-json-exists", RUN + ["--json", "{F}/existing.json"], "existing.json", "exists", "--force", fast=True),
     row("compare-out-holds-results", CMP + ["--out", "{F}/results-dir"], "results-dir", "results.csv", "--force",
         fast=True),
+    row("policies-out-exists", ["policies", "--to-epp-config", "llm-d", "--out", "{F}/existing.json"], "existing.json",
+        "--force", fast=True),
+    row("tune-out-holds-results", ["tune", "--scenario", "chatbot", "--space", "bailian:lam=0..1", "--out",
+                                   "{F}/results-dir"], "results-dir", "--force", fast=True, needs=("optuna",)),
+    row("train-out-holds-results", ["train", "--timesteps", "10", "--out", "{F}/results-dir"], "results-dir", "--force",
+        fast=True, rl=True),
     # ---- lenient parsing, now strict
     row("compare-label-empty", CMP[:-4] + ["--policies", "jsq+label=;lmetric"], "label=''", "give a name"),
     row("compare-load-duplicate", ["compare", "--scenario", "chatbot", "--load", "0.5,0.5"], "--load='0.5,0.5'",
@@ -551,6 +557,9 @@ def _api_cases():
          ["num_requests=1000000000", "[1, 10000000]"]),
         ("evaluate-seeds-huge", lambda tp: evaluate("codegen", "jsq", 10**6, qps=2), ["seeds=1000000", "[1, 1000]"]),
         ("make_policy-declared-range", lambda tp: make_policy("bailian", lam=-0.5), ["lam=-0.5", "[0, 1]"]),
+        ("vector-env-num-envs-huge", lambda tp: gym.make_vec("llmsched/Routing-v0", num_envs=10**6),
+         ["num_envs=1000000", "[1, 4096]"]),
+        ("env-horizon-huge", lambda tp: gym.make("llmsched/Routing-v0", horizon=1e9), ["horizon=1000000000.0"]),
         ("env-render-mode-human", lambda tp: gym.make("llmsched/Routing-v0", render_mode="human"),
          ["render_mode='human'", "None"]),
         ("make_backend-ray-address", lambda tp: make_backend("ray", address="nohost"), ["ray_address='nohost'"]),
@@ -733,3 +742,20 @@ def test_policy_range_declared_once(name, factory, param, tp, capsys):
     if factory.role in ("routing", "usage-limit", "admission"):
         with pytest.raises(ConfigError, match=param):
             dump_epp_config(f"{name}:{param}={bad}")
+
+
+def test_state_beyond_memory_is_one_line(monkeypatch):
+    """The engine's state grows with instances x requests; an allocation numpy refuses
+    is a ConfigError naming both, not numpy's traceback."""
+    import llmsched_gym.simulator as S
+    from llmsched_gym.errors import ConfigError
+    from llmsched_gym.scenarios import make_scenario
+
+    def refuse(*args, **kwargs):
+        raise MemoryError("Unable to allocate 368. GiB for an array with shape (3, 16452622336) and data type int64")
+
+    monkeypatch.setattr(S, "EngineState", refuse)
+    with pytest.raises(ConfigError) as ei:
+        make_scenario("codegen", qps=2, duration_s=2, instances=4).simulator(0)
+    msg = str(ei.value)
+    assert "\n" not in msg and "368. GiB" in msg and "4 instances x" in msg and "fewer instances" in msg

@@ -24,7 +24,7 @@ from ..engine.api import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTE
 from ..errors import ConfigError
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..scenarios import _OVERRIDES, Scenario, check_scenario_overrides, make_scenario
-from ..validation import check_name, check_number, check_typed, invalid
+from ..validation import LIMIT_WHY, MAX_SECONDS, SECONDS, check_name, check_number, check_typed, invalid
 
 DEFAULT_SCENARIO = "codegen"
 DEFAULT_QPS = 12.0  # codegen: ~0.8 of its published 15 req/s capacity
@@ -112,10 +112,12 @@ def draw_workload_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(2**31 - 1))
 
 
+#: The most clusters of one vector environment (they share the engine's arrays).
+MAX_ENVS = 4096
+
+
 def check_num_envs(num_envs) -> int:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-        raise ValueError(f"num_envs={num_envs!r} is invalid; it must be an integer >= 1")
-    return int(num_envs)
+    return check_number("num_envs", num_envs, integer=True, ge=1, le=MAX_ENVS, why=LIMIT_WHY)
 
 
 def single_reset_workload_seed(np_random: np.random.Generator, options: dict | None) -> int:
@@ -744,13 +746,13 @@ def check_env_keywords(kind: str, kwargs: dict) -> None:
     if sc is not None and not isinstance(sc, (Scenario, os.PathLike)):
         check_name("scenario", sc, what="a scenario name or YAML path")
     if kwargs.get("horizon", ...) is not ...:
-        check_number("horizon", kwargs["horizon"], gt=0, none_ok=True)
+        check_number("horizon", kwargs["horizon"], **SECONDS, none_ok=True)
     if "reward_scale" in kwargs:
-        check_number("reward_scale", kwargs["reward_scale"], gt=0)
+        check_number("reward_scale", kwargs["reward_scale"], gt=0, le=1e6)
     if "unserved_penalty_s" in kwargs:
-        check_number("unserved_penalty_s", kwargs["unserved_penalty_s"], ge=0, none_ok=True)
+        check_number("unserved_penalty_s", kwargs["unserved_penalty_s"], ge=0, le=MAX_SECONDS, none_ok=True)
     if "control_interval" in kwargs:
-        check_number("control_interval", kwargs["control_interval"], gt=0)
+        check_number("control_interval", kwargs["control_interval"], gt=0, le=3600)
     if "reward" in kwargs:
         check_name("reward", kwargs["reward"], what="a reward name")
     pw = kwargs.get("priority_weights")
