@@ -489,6 +489,7 @@ def _api_cases():
     import gymnasium as gym
 
     import llmsched_gym  # noqa: F401
+    from llmsched_gym.engine import EngineConfig
     from llmsched_gym.evaluation.backends import make_backend
     from llmsched_gym.evaluation.harness import evaluate
     from llmsched_gym.gateway.policy import make_policy
@@ -548,6 +549,7 @@ def _api_cases():
         # issue 29: unknown keywords are ConfigErrors (not TypeError), upper bounds, render modes, Ray
         ("simulator-unknown-keyword", lambda tp: sc().simulator(0, nosuch=1), ["GatewayConfig", "'nosuch'", "router"]),
         ("ClusterConfig-unknown-keyword", lambda tp: ClusterConfig(nosuch=1), ["ClusterConfig", "'nosuch'", "instances"]),
+        ("EngineConfig-unknown-keyword", lambda tp: EngineConfig(nosuch=1), ["EngineConfig", "'nosuch'", "max_num_seqs"]),
         ("Simulator-missing-argument", lambda tp: Simulator(), ["Simulator", "workload"]),
         ("evaluate-unknown-keyword", lambda tp: evaluate("codegen", "jsq", 1, qps=2, nosuch=1), ["evaluate", "'nosuch'"]),
         ("load_scenario-unknown-keyword", lambda tp: load_scenario("x.yaml", strict=True), ["load_scenario", "'strict'"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError, check_nonnegative
+from ..validation import checked_keywords
 
 #: Eviction orders, by their kernel code (see ``EngineConfig.eviction``).
 EVICTION_ORDERS = ("cached-last", "vllm")
@@ -12,6 +13,7 @@ EVICTION_ORDERS = ("cached-last", "vllm")
 PREEMPTION_MODES = ("recompute", "restart")
 
 
+@checked_keywords
 @dataclass
 class EngineConfig:
     """Limits of one instance (vLLM defaults; BLIS uses max_num_batched_tokens=2048).
