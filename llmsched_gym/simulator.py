@@ -21,10 +21,12 @@ from dataclasses import dataclass, field, fields, is_dataclass
 
 import numpy as np
 
-from .engine import EngineConfig, warmup
+from .engine import EngineConfig
 from .engine.api import (
     ADMIT_PY,
+    BACKGROUND,
     FLOW_PY,
+    FOREGROUND,
     ROUTER_PY,
     ST_ADMIT,
     ST_ROUTE,
@@ -33,6 +35,8 @@ from .engine.api import (
     ClusterInputs,
     EngineState,
     RequestTable,
+    cache_is_cold,
+    compile_subtrees,
     lower_policies,
 )
 from .errors import ConfigError, PolicyError
@@ -807,7 +811,7 @@ def compile_kernels() -> None:
     loop meanwhile (:mod:`llmsched_gym.engine.warmup`)."""
     global _compile_checked
     _compile_checked = True
-    cold = warmup.cache_is_cold()
+    cold = cache_is_cold()
     start = _time.perf_counter()
     if cold:
         procs = min(os.cpu_count() or 1, 2)
@@ -819,7 +823,7 @@ def compile_kernels() -> None:
                                   "_compile_background()"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             sim = _warm_up_simulator()
-            warmup.compile_subtrees(warmup.FOREGROUND, sim.state)
+            compile_subtrees(FOREGROUND, sim.state)
         finally:
             child.wait()
     else:
@@ -839,4 +843,4 @@ def _compile_background() -> None:
     """The second process of :func:`compile_kernels`."""
     global _compile_checked
     _compile_checked = True
-    warmup.compile_subtrees(warmup.BACKGROUND, _warm_up_simulator().state)
+    compile_subtrees(BACKGROUND, _warm_up_simulator().state)
