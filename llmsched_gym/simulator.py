@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 import time as _time
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
 import numpy as np
 
@@ -56,6 +56,7 @@ from .validation import (
     SECONDS,
     check_fields,
     check_keys,
+    check_number,
     checked_keywords,
     invalid,
 )
@@ -114,6 +115,7 @@ def check_cluster(c, prefix: str = "cluster") -> None:
                       f"it must leave a decode instance: an integer in [0, {c.instances - 1}] for {c.instances} "
                       "instances (0: every instance aggregated)")
     _check_applies(c, prefix)
+    _check_pools(c, prefix)
     from .engine.hardware import get_kv_link
 
     try:
@@ -135,6 +137,38 @@ def _check_applies(c, prefix: str) -> None:
             if getattr(c, name) is not None:
                 raise invalid(f"{prefix}.{name}", getattr(c, name), "it applies only to P/D disaggregation, and "
                               "the cluster has no prefill pool (set prefill_instances >= 1, --prefill-instances)")
+
+
+#: What a pool of a mixed fleet may set (ClusterConfig.pools).
+POOL_KEYS = ("instances", "hardware", "tp", "kv_blocks", "gpu_memory_utilization", "latency_params")
+
+
+def _check_pools(c, prefix: str) -> None:
+    """A mixed fleet's pools: mappings of :data:`POOL_KEYS` with ``instances``, adding up to
+    the cluster's instances; each pool a valid cluster of its own."""
+    if c.pools is None:
+        return
+    if not isinstance(c.pools, list) or not c.pools:
+        raise invalid(f"{prefix}.pools", c.pools, "it must be a non-empty list of mappings "
+                      "{instances, hardware, tp, kv_blocks, gpu_memory_utilization, latency_params}")
+    total = 0
+    for k, p in enumerate(c.pools):
+        where = f"{prefix}.pools[{k}]"
+        if not isinstance(p, dict):
+            raise invalid(where, p, "it must be a mapping {instances, hardware, tp, ...}")
+        check_keys(where, p, POOL_KEYS, what="key")
+        if "instances" not in p:
+            raise invalid(where, p, "it must give its instances (an integer >= 1)")
+        check_number(f"{where}.instances", p["instances"], **INSTANCES)
+        total += p["instances"]
+        try:
+            replace(c, pools=None, instances=p["instances"], prefill_instances=0, kv_link_gbps=None,
+                    kv_link_latency_s=None, **{k2: v for k2, v in p.items() if k2 != "instances"})
+        except ConfigError as e:
+            raise ConfigError(str(e).replace(f"{prefix}.", f"{where}.", 1)) from None
+    if total != c.instances:
+        raise invalid(f"{prefix}.pools", c.pools, f"their instances add up to {total}; they must add up to "
+                      f"cluster.instances={c.instances}")
 
 
 def check_gateway(g, prefix: str = "gateway") -> None:
@@ -186,6 +220,14 @@ class ClusterConfig:
             ``engine.hardware.KV_LINKS``: ``nvlink``, ``rdma`` / ``infiniband``, ``ethernet``, ``tcp``.
         kv_link_gbps: its bandwidth per GPU, GB/s; None: the preset's.
         kv_link_latency_s: its fixed time per transfer, seconds; None: the preset's.
+        pools: a mixed fleet: instances of other GPUs in one cluster, as a list of mappings
+            ``{instances, hardware, tp, kv_blocks, gpu_memory_utilization, latency_params}``
+            (every key but ``instances`` optional: the cluster's value), in instance order,
+            their instances adding up to ``instances``. Each instance prices its iterations
+            with its own step-time model (the cluster's ``latency_model`` kind) and holds
+            its own KV capacity; the model served is the cluster's, and per-request
+            overheads (arrival and finish delays) are the first pool's. None: every
+            instance is the cluster's hardware.
     """
 
     instances: int = 2
@@ -207,6 +249,7 @@ class ClusterConfig:
     kv_link: str = "rdma"
     kv_link_gbps: float | None = None
     kv_link_latency_s: float | None = None
+    pools: list | None = None
 
     def __post_init__(self) -> None:
         check_cluster(self)  # types, ranges and the engine's fields
@@ -214,10 +257,31 @@ class ClusterConfig:
             self.engine = EngineConfig(**self.engine)
 
     def make_latency(self):
+        """The step-time model of the cluster's instances (of a mixed fleet: its first pool's)."""
+        return self.pool_configs()[0][1].make_latency() if self.pools else self._latency_of(self)
+
+    def _latency_of(self, c: "ClusterConfig"):
         from .engine.latency import make_latency_model
 
-        return make_latency_model(self.latency_model, hardware=self.hardware, model=self.model,
-                                  tp=self.tp, **self.latency_params)
+        return make_latency_model(c.latency_model, hardware=c.hardware, model=c.model, tp=c.tp, **c.latency_params)
+
+    def pool_configs(self) -> list[tuple[int, "ClusterConfig"]]:
+        """``(instances, config)`` of each pool of a mixed fleet: the cluster with the pool's
+        keys (one pool of every instance without ``pools``)."""
+        if not self.pools:
+            return [(self.instances, self)]
+        return [(p["instances"], replace(self, instances=p["instances"], pools=None, prefill_instances=0,
+                                         kv_link_gbps=None, kv_link_latency_s=None,
+                                         **{k: v for k, v in p.items() if k != "instances"}))
+                for p in self.pools]
+
+    def instance_latencies(self) -> tuple:
+        """One step-time model per instance, in instance order."""
+        return tuple(m for n, c in self.pool_configs() for m in [c._latency_of(c)] * n)
+
+    def instance_blocks(self) -> np.ndarray:
+        """KV capacity per instance in blocks, in instance order."""
+        return np.concatenate([np.full(n, c.total_blocks(), np.int64) for n, c in self.pool_configs()])
 
     def cpu_blocks(self) -> int:
         """Blocks of the CPU KV tier of each instance (0: none)."""
@@ -359,6 +423,9 @@ class Simulator:
             dispatch_interval_s=gateway.dispatch_interval_s, horizon_s=self.horizon,
             expected_output=self.expected_output, rng=self.rng, saturation=gateway.saturation,
             eviction=gateway.eviction)
+        if cluster.pools:  # a mixed fleet: each instance its own step times and KV capacity
+            self.inputs.kv_blocks = cluster.instance_blocks()
+            self.inputs.instance_latency = cluster.instance_latencies()
         if cluster.cpu_kv_gb:
             self.inputs.cpu_blocks = cluster.cpu_blocks()
             self.inputs.cpu_load_us_per_token = cluster.cpu_load_us_per_token()
