@@ -297,7 +297,7 @@ def cmd_policies(args) -> int:
     from .gateway.policy import list_policies
     from .validation import signature_params
 
-    for role in ("routing", "usage-limit", "admission", "scaling", "pd"):
+    for role in ("routing", "usage-limit", "admission", "scaling", "pd", "gateway"):
         print(f"{role}:")
         for name, factory in list_policies(role).items():
             params = ", ".join(_param_text(k, tp, v) for k, tp, v in signature_params(factory)

@@ -125,7 +125,7 @@ def _file_digest(p: Path) -> str:
 #: Cluster options added after capacities were first shipped, and their defaults.
 _CLUSTER_OPTION_DEFAULTS = {"cpu_kv_gb": 0.0, "cpu_link_gbps": None, "cpu_kv_events": True,
                             "cpu_kv_shared": False, "cold_start_s": None, "prefill_instances": 0,
-                            "kv_link": "rdma", "kv_link_gbps": None, "kv_link_latency_s": None}
+                            "kv_link": "rdma", "kv_link_gbps": None, "kv_link_latency_s": None, "pools": None}
 
 
 @checked_keywords
