@@ -136,6 +136,13 @@ def check_cluster(c, prefix: str = "cluster") -> None:
         get_kv_link(c.kv_link)
     except ConfigError as e:
         raise ConfigError(f"{prefix}.{e}") from None
+    from .engine.hardware import get_hardware, get_model
+
+    for name, get in (("hardware", get_hardware), ("model", get_model)):  # a bad config.json fails here
+        try:
+            get(getattr(c, name))
+        except ConfigError as e:
+            raise ConfigError(f"{prefix}.{name}: {e}") from None
 
 
 def check_gateway(g, prefix: str = "gateway") -> None:
@@ -155,9 +162,15 @@ class ClusterConfig:
 
     Args:
         instances: number of model instances.
-        hardware, model, tp: presets (see ``llmsched_gym.engine.hardware``) and tensor parallelism.
-        latency_model: ``linear``, ``roofline``, ``blis-trained-physics`` or
-            ``blis-roofline`` (BLIS's roofline formula; for parity runs only).
+        hardware: a GPU preset name or a GPU description mapping (``peak_tflops``,
+            ``hbm_tbps``, ``memory_gib``, ...; ``engine.hardware.get_hardware``).
+        model: a model preset name, a HuggingFace ``config.json`` path, or a mapping
+            ``{config, name, weight_dtype, kv_cache_dtype}`` (``engine.hardware.get_model``).
+        tp: tensor parallelism.
+        latency_model: ``linear``, ``roofline``, ``blis-trained-physics``, ``vllm-calibrated``
+            (fitted on real vLLM runs, docs/validation.md), ``blis-roofline`` (BLIS's
+            roofline formula; for parity runs only), or the path of a latency-model file
+            written by ``llmsched-gym calibrate``.
         latency_params: keyword overrides for the step-time model's coefficients.
         kv_blocks: KV capacity per instance in blocks; None derives it from memory
             (docs/architecture.md); ``"unlimited"`` disables capacity limits and eviction.
@@ -189,8 +202,8 @@ class ClusterConfig:
     """
 
     instances: int = 2
-    hardware: str = "H100"
-    model: str = "qwen3-14b"
+    hardware: str | dict = "H100"
+    model: str | dict = "qwen3-14b"
     tp: int = 1
     latency_model: str = "linear"
     latency_params: dict = field(default_factory=dict)

@@ -13,7 +13,15 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError
-from .latency import BlisRooflineModel, LinearModel, RooflineModel, StepTimeModel, TrainedPhysicsModel
+from .latency import (
+    BlisRooflineModel,
+    LinearModel,
+    RooflineModel,
+    StepTimeModel,
+    TrainedPhysicsModel,
+    roofline_weight_bytes,
+    trained_physics_mlp_weight,
+)
 
 LINEAR, ROOFLINE, BLIS_ROOFLINE, TRAINED_PHYSICS = 0, 1, 2, 3
 N_PARAMS = 18
@@ -54,7 +62,7 @@ def lower(model: StepTimeModel) -> tuple[int, np.ndarray]:
         p[2] = 2.0 * m.lm_head_params
         p[3] = hw.flops_per_us * model.mfu_prefill
         p[4] = hw.flops_per_us * model.mfu_decode
-        p[5] = float(True * (m.layer_total_params + m.lm_head_params) * m.dtype_bytes)
+        p[5] = float(True * roofline_weight_bytes(m))
         p[6] = float(m.kv_bytes_per_token)
         p[7] = hw.bytes_per_us
         p[8] = float(model.tp)
@@ -62,15 +70,15 @@ def lower(model: StepTimeModel) -> tuple[int, np.ndarray]:
         return ROOFLINE, p
     if isinstance(model, TrainedPhysicsModel):
         tp = model.tp
-        L, d, dh, dff = m.layers, float(m.hidden), float(m.head_dim), float(m.ffn)
+        L, d, dh = m.layers, float(m.hidden), float(m.head_dim)
         dkv = float(m.kv_heads * m.head_dim)
         proj = 2.0 * d * (2 * d + 2 * dkv)
-        mlp = max(m.experts_per_token, 1) * 6.0 * d * dff
+        mlp, weight = trained_physics_mlp_weight(m, hw, tp)
         p[0] = float(L)
         p[1] = proj + mlp
         p[2] = L * 4 * (m.heads / tp) * dh  # attention per pair
-        p[3] = L * 2 * dkv / tp  # KV bytes factor
-        p[4] = L * (d * (2 * d + 2 * dkv) + max(m.num_experts, 1) * 3 * d * dff) * 2 / tp / hw.bytes_per_us
+        p[3] = L * 2 * dkv / tp * (m.kv_bytes / 2)  # KV bytes factor (the kernel's x 2: BF16)
+        p[4] = weight
         p[5] = float(tp)
         p[6] = hw.flops_per_us
         p[7] = hw.bytes_per_us
