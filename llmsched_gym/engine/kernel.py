@@ -37,6 +37,7 @@ from .layout import (
     CF_A1,
     CF_A2,
     CF_A3,
+    CF_ASYNC_LAG,
     CF_DISP_INT,
     CF_EVICT_GATE,
     CF_EVICT_GRACE,
@@ -123,6 +124,7 @@ from .layout import (
     IF_ROUTE_W,
     IF_SCR_KV,
     IF_SCRAPE_T,
+    IF_STEP_S,
     II_ANON_FRONT,
     II_CLUSTER,
     II_CPU0,
@@ -933,6 +935,7 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
             inst_i[II_SEG_LEN, g] = k
             inst_i[II_SEG_USED0, g] = inst_i[II_USED, g]
             inst_f[IF_NEXT_T, g] = end
+            inst_f[IF_STEP_S, g] = end - (seg[g, k - 2] if k > 1 else t)  # the segment's last iteration
             return
 
     _allocate(inst_i, ent, g, n_new)
@@ -956,6 +959,7 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
         step += loaded * inst_f[IF_CPU_LOAD_US, g]
     inst_i[II_SEG_LEN, g] = 0
     inst_f[IF_NEXT_T, g] = t + step * 1e-6
+    inst_f[IF_STEP_S, g] = step * 1e-6
     inst_i[II_ITERS, g] += 1
 
 
@@ -1006,7 +1010,10 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
             R[RUN_DONE, j] = 1 if done else 0
             any_done |= done
         _allocate(inst_i, ent, g, grown)
-    else:
+    # vLLM's async scheduling plans iteration N+1 while N runs: a request arriving meanwhile
+    # joins N+2, so each of its outputs is reported one iteration later (0: synchronous).
+    lag = clu_f[CF_ASYNC_LAG, c] * inst_f[IF_STEP_S, g]
+    if m <= 0:
         ftd = clu_f[CF_FT_DELAY, c]
         for j in range(n):
             R[RUN_COMP, j] += R[RUN_TAKE, j]
@@ -1021,7 +1028,7 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                     if req_i[RI_PD, r] == PD_PREFILL:  # P/D: its KV goes to the decode instance; this
                         done = True  # token is not sent (the prefill request has max_tokens=1)
                     elif req_i[RI_OUTCOME, r] != EVICTED:  # an evicted one's client is gone
-                        req_f[RF_FIRST, r] = t + ftd
+                        req_f[RF_FIRST, r] = t + ftd + lag
                 done = done or R[RUN_GEN, j] >= R[RUN_OUT, j]
             done = done or (evicting and req_i[RI_OUTCOME, R[RUN_ID, j]] == EVICTED)
             R[RUN_DONE, j] = 1 if done else 0
@@ -1048,7 +1055,7 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                 continue
             _release(req_i, unit_i, inst_i, ent, g, r, (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j])
             req_i[RI_GENERATED, r] = R[RUN_GEN, j]
-            fin = t + req_f[RF_FINISH_DELAY, r]
+            fin = t + req_f[RF_FINISH_DELAY, r] + lag
             req_f[RF_FINISH, r] = fin
             # The gateway learns of the finish.
             inst_i[II_INFLIGHT, g] -= 1

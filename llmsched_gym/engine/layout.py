@@ -43,8 +43,9 @@ N_II = 37
 # II_ENT0 / II_ENT_MASK: the instance's prefix-cache table, slots ENT0 .. ENT0 + MASK;
 # II_ENT_DIRECT: the table has a slot per key (key k lives in slot k, no probing).
 # Instances, float64 ``inst_f[field, g]``.
-IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS, IF_CPU_LOAD_US, IF_ROUTE_W = range(6)
-N_IF = 6  # IF_CPU_LOAD_US: microseconds to load one token's KV from the CPU tier
+IF_NEXT_T, IF_SCR_KV, IF_SCRAPE_T, IF_LT_TOKENS, IF_CPU_LOAD_US, IF_ROUTE_W, IF_STEP_S = range(7)
+N_IF = 7  # IF_CPU_LOAD_US: microseconds to load one token's KV from the CPU tier
+# IF_STEP_S: seconds of the instance's current (last planned) iteration, for CF_ASYNC_LAG.
 # IF_ROUTE_W: ROUTER_LMETRIC_WEIGHTED's factor on the instance's LMetric score (Gateway-v0's routing action).
 # Running batch, int64 ``run[g, field, slot]`` in admission order.
 RUN_ID, RUN_INP, RUN_OUT, RUN_COMP, RUN_GEN, RUN_SHARED, RUN_TAKE, RUN_PREFILL, RUN_DECODE, RUN_DONE = range(10)
@@ -69,8 +70,8 @@ N_CI = 36  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` 
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
  CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3,
  CF_SAT_QUEUE, CF_SAT_KV, CF_SAT_STALE, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK, CF_A2, CF_A3, CF_PD0, CF_PD1,
- CF_XFER_US, CF_XFER_LAT, CF_EVICT_GRACE, CF_EVICT_GATE) = range(32)
-N_CF = 32  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.gateway.saturation)
+ CF_XFER_US, CF_XFER_LAT, CF_EVICT_GRACE, CF_EVICT_GATE, CF_ASYNC_LAG) = range(33)
+N_CF = 33  # CF_ASYNC_LAG: iterations vLLM's async scheduling delays a request's outputs by (0 or 1)  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.gateway.saturation)
 # CF_XFER_US / CF_XFER_LAT: P/D's KV transfer, microseconds per prompt token and seconds per transfer.
 # CF_EVICT_GRACE: seconds after a revocation before the next eviction decision (its confirmation grace);
 # CF_EVICT_GATE: the time the next decision may run.

@@ -21,6 +21,7 @@ from .config import EVICTION_ORDERS, PREEMPTION_MODES
 from .layout import (
     BQ_HEAD,
     BQ_TAIL,
+    CF_ASYNC_LAG,
     CF_DISP_INT,
     CF_EVICT_GATE,
     CF_EVICT_GRACE,
@@ -496,6 +497,7 @@ class EngineState:
         cf[CF_NEXT_CYCLE, c] = np.inf
         cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
         cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
+        cf[CF_ASYNC_LAG, c] = 1.0 if x.engine.async_scheduling else 0.0
         cf[CF_EXP_OUT, c] = x.expected_output
         sat = x.saturation or SaturationConfig()
         ci[CI_SAT_KIND, c] = (SAT_UTILIZATION if sat.kind == "utilization" else
