@@ -1,4 +1,4 @@
-"""Command line: ``llmsched-gym run | scenarios | policies | compare | tune | train``.
+"""Command line: ``llmsched-gym run | scenarios | policies | compare | tune | train | calibrate``.
 
 Bad input (unknown names, negative values, unreadable files) prints one clear line and
 exits with code 2 before any simulation starts.
@@ -38,9 +38,11 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     rate.add_argument("--paper-qps", type=float, help="a published QPS point (seed flow-control scenarios)")
     cl = p.add_argument_group("cluster (overrides the scenario's)")
     cl.add_argument("--instances", type=int)
-    cl.add_argument("--hardware", help="H100, H200, A100, H20")
-    cl.add_argument("--model", help="qwen3-14b, qwen3-30b-a3b, qwen2-7b, qwen2.5-7b, llama-3.1-8b")
-    cl.add_argument("--latency-model", help="linear, roofline, blis-trained-physics, blis-roofline")
+    cl.add_argument("--hardware", help="H100, H200, A100, H20, L40S")
+    cl.add_argument("--model", help="qwen3-14b, qwen3-30b-a3b, qwen2-7b, qwen2.5-7b, llama-3.1-8b, or a "
+                    "HuggingFace config.json (path, folder, or a model id in the local HF cache)")
+    cl.add_argument("--latency-model", help="linear, roofline, blis-trained-physics, vllm-calibrated, "
+                    "blis-roofline, or a latency-model FILE written by `llmsched-gym calibrate`")
     cl.add_argument("--kv-blocks", help="KV blocks per instance, or 'unlimited'")
     cl.add_argument("--cpu-kv-gb", type=float, help="a CPU KV tier of this many GB per instance (0: none)")
     cl.add_argument("--cpu-link-gbps", type=float, help="host link GB/s the CPU tier loads over (default: the GPU's)")
@@ -148,10 +150,11 @@ def _validate_policies(overrides: dict) -> None:
 
 
 def cmd_run(args) -> int:
-    from .evaluation.metrics import summarize
-    from .validation import check_output_file
+    from .evaluation.metrics import run_windows, summarize, summarize_windows
+    from .validation import check_number, check_output_file
 
     check_flags(args, ["--seed", "--seeds"])
+    check_number("--window", args.window, gt=0, none_ok=True)
     if args.json is not None:
         check_output_file("--json", args.json)  # before the run: a bad path must not cost the results
     sc = scenario_from_args(args)
@@ -168,6 +171,9 @@ def cmd_run(args) -> int:
                   "flow_control": sim.flow.name if sim.flow else None})
         if sim.pd is not None:  # a cluster with a prefill pool, or pd-aggregated
             s["pd"] = sim.pd.name
+        wins, names = run_windows(sim, sc.profile, args.window)  # an inference-perf run's stages, or --window
+        if wins:
+            s["windows"] = summarize_windows(sim, wins, names)
         results.append(s)
         _print_summary(s)
     if args.json is not None:
@@ -215,6 +221,16 @@ def _print_summary(s: dict) -> None:
                   _fmt(c["e2e_p99"]), _fmt(c["throughput_rps"], 1, 2), _fmt(c["output_tokens_per_s"], 1, 0))
     console = Console(width=max(Console().width, 160))  # keep all columns when piped
     console.print(t)
+    if s.get("windows"):
+        w = Table(title="per stage" if next(iter(s["windows"])).startswith("stage") else "per window")
+        for col in ("window", "arrivals s", "requests", "finished", "TTFT mean", "TTFT p90", "TTFT p99",
+                    "E2E mean", "E2E p90", "E2E p99", "TPOT mean", "req/s"):
+            w.add_column(col, justify="right")
+        for name, c in s["windows"].items():
+            w.add_row(name, f"{c['start_s']:.0f}-{c['end_s']:.0f}", str(c["requests"]), str(c["finished"]),
+                      *(_fmt(c[k]) for k in ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99")),
+                      _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["throughput_rps"], 1, 2))
+        console.print(w)
     console.print(f"times in seconds; prefix-hit token ratio {s['prefix_hit_token_ratio']:.3f}; "
                   f"preemptions {s['preemptions']}; simulated {s['sim_seconds']:.1f} s in {s['wall_seconds']:.2f} s wall")
 
@@ -289,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1")
     p.add_argument("--json", help="write the summaries as a JSON list (one object per seed) to this path")
+    p.add_argument("--window", type=float, metavar="SECONDS",
+                   help="also report metrics per window of this many seconds of arrivals (an inference-perf "
+                        "scenario is reported per stage anyway)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("scenarios", help="list scenarios, or --describe NAME")
@@ -304,7 +323,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Subcommands of other modules and packages (``train`` comes from agents/cli.py).
     plugins = [ep.value for ep in entry_points(group="llmsched_gym.commands")] or ["agents.cli"]
-    for module in ["llmsched_gym.evaluation.harness", "llmsched_gym.evaluation.tune", "llmsched_gym.gateway.epp", "llmsched_gym.workloads.trace_registry", *plugins]:
+    for module in ["llmsched_gym.evaluation.harness", "llmsched_gym.evaluation.tune", "llmsched_gym.gateway.epp",
+                   "llmsched_gym.workloads.trace_registry", "llmsched_gym.calibration", *plugins]:
         import_module(module).add_cli(sub)
     return parser
 
