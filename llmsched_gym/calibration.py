@@ -9,9 +9,9 @@ turns one into a :class:`~llmsched_gym.scenarios.Scenario` (public interface onl
 :func:`simulate_run` simulates it and returns per-stage statistics in the same units.
 
 :func:`calibrate` fits the coefficients of a trained-physics step-time model to the
-per-stage means of a set of runs, under the runs' own open-loop arrivals: damped
-Gauss-Newton on log errors, with the Jacobian taken by finite differences (each
-coefficient perturbed by 5%) over simulations of the runs.
+per-stage means of a set of runs, under the runs' own open-loop arrivals:
+Levenberg-Marquardt on log errors (Huber loss), with the Jacobian taken by finite
+differences (each coefficient perturbed by 5%) over simulations of the runs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .errors import ConfigError
 #: Statistics compared, as named in the measured runs (ms).
 METRICS = ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99", "itl_mean_nominal")
 #: The coefficients fitted by default (the others keep the base model's values).
-FIT_PARAMS = ("a0", "b2b", "b3", "b4", "b6", "b7")
+FIT_PARAMS = ("a0", "b2a", "b2b", "b3", "b4", "b5", "b6", "b7")
 
 
 @dataclass
@@ -137,8 +137,8 @@ def stage_stats(sim, windows: list[tuple[float, float]]) -> list[dict]:
     ttft = (t.first_token_t - t.arrival) * 1e3
     e2e = (t.finish_t - t.arrival) * 1e3
     out = []
-    for lo, hi in windows:
-        m = (t.arrival >= lo) & (t.arrival <= hi)
+    for k, (lo, hi) in enumerate(windows):  # [lo, hi), the last one closed
+        m = (t.arrival >= lo) & ((t.arrival < hi) | ((t.arrival == hi) & (k == len(windows) - 1)))
         f = m & fin
         row = {"requests": int(m.sum()), "finished": int(f.sum())}
         if f.any():
@@ -170,8 +170,8 @@ def simulate_run(run: MeasuredRun, latency_model: str = "vllm-calibrated", laten
         sc.workload = prof
     sim = sc.simulator(seed)
     sim.run()
-    windows = prof.stage_windows()
-    return {"stages": stage_stats(sim, windows), "whole": stage_stats(sim, [(windows[0][0], windows[-1][1])])[0]}
+    windows = prof.stage_bounds(sim.workload.arrival_s)
+    return {"stages": stage_stats(sim, windows), "whole": stage_stats(sim, [(-np.inf, np.inf)])[0]}
 
 
 def _targets(run: MeasuredRun, metrics) -> list[tuple[int, str, float]]:
@@ -186,14 +186,17 @@ def ape(sim: float, real: float) -> float:
 
 def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_params: dict | None = None,
               fit: tuple[str, ...] = FIT_PARAMS, metrics: tuple[str, ...] = ("ttft_mean", "e2e_mean"),
-              iterations: int = 8, max_stage_s: float | None = None, seed: int = 0, log=None) -> dict:
+              iterations: int = 12, max_stage_s: float | None = None, seed: int = 0, huber: float = 0.1,
+              log=None) -> dict:
     """Fit ``fit`` coefficients of the ``base`` trained-physics model to the per-stage
     ``metrics`` of ``runs``; returns the fitted coefficients (all of the model's, as
     ``{name: value}``) and the last per-run errors.
 
     Each coefficient is fitted as the log of its ratio to the base value (so it stays
-    positive); residuals are log(sim / measured) per (run, stage, metric), each run
-    weighted equally. A step that does not lower the cost is halved (up to 4 times).
+    residuals are log(sim / measured) per (run, stage, metric), each run
+    weighted equally, under a Huber loss (quadratic up to ``huber``, 0.1 = ~10%, linear
+    beyond: one run the model cannot explain does not drag every other). A step that does
+    not lower the cost is retried with more damping (Levenberg-Marquardt).
     """
     from .engine.latency import _KINDS, _overridable
 
@@ -215,7 +218,7 @@ def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_param
         return {**start, **{p: ref[p] * math.exp(x) for p, x in zip(fit, th)}}
 
     def residuals(th):
-        res = []
+        res, weights = [], []
         params = params_of(th)
         for run in runs:
             got = simulate_run(run, base, params, seed=seed, max_stage_s=max_stage_s)["stages"]
@@ -223,33 +226,40 @@ def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_param
             w = 1.0 / math.sqrt(max(len(tg), 1))
             for k, m, real in tg:
                 sim = got[k].get(m, float("nan"))
-                res.append(w * (math.log(sim / real) if sim > 0 and np.isfinite(sim) else 5.0))
-        return np.array(res)
+                res.append(math.log(sim / real) if sim > 0 and np.isfinite(sim) else 5.0)
+                weights.append(w)
+        res = np.array(res)
+        big = np.abs(res) > huber  # Huber's pseudo-residual: same loss, least-squares form
+        res[big] = np.sign(res[big]) * np.sqrt(2 * huber * np.abs(res[big]) - huber ** 2)
+        return np.array(weights) * res
 
     r = residuals(theta)
     cost = float(r @ r)
+    lam = None
     for it in range(iterations):
-        h = 0.05
+        h = 0.05  # above the noise of a mean over a few hundred requests
         J = np.empty((len(r), len(theta)))
         for j in range(len(theta)):
             th = theta.copy()
             th[j] += h
             J[:, j] = (residuals(th) - r) / h
-        lam = 1e-3 * np.trace(J.T @ J) / max(len(theta), 1)
-        step = -np.linalg.solve(J.T @ J + lam * np.eye(len(theta)), J.T @ r)
-        step = np.clip(step, -1.0, 1.0)  # at most a factor e per iteration
-        for _ in range(5):
+        JtJ, g = J.T @ J, J.T @ r
+        scale = np.diag(JtJ) + 1e-12  # Marquardt: damping scaled per coefficient
+        lam = 1e-2 if lam is None else lam
+        for _ in range(8):  # Levenberg-Marquardt: shrink the step (raise the damping) until it helps
+            step = np.clip(-np.linalg.solve(JtJ + lam * np.diag(scale), g), -1.0, 1.0)  # at most x e
             r_new = residuals(theta + step)
             c_new = float(r_new @ r_new)
             if c_new < cost:
+                lam = max(lam / 4, 1e-6)
                 break
-            step /= 2
+            lam *= 4
         else:
             break
         theta, r, cost = theta + step, r_new, c_new
         if log:
-            log(f"iteration {it + 1}: cost {cost:.5f}, " + ", ".join(f"{p}={v:.4g}" for p, v in params_of(theta).items() if p in fit))
-        if np.abs(step).max() < 1e-3:
+            log(f"iteration {it + 1}: cost {cost:.6f}, " + ", ".join(f"{p}={v:.4g}" for p, v in params_of(theta).items() if p in fit))
+        if np.abs(step).max() < 1e-4:
             break
     return params_of(theta)
 
@@ -279,6 +289,24 @@ def write_latency_file(path: str | Path, kind: str, params: dict, report: dict) 
 
 
 # ====================================================================== command line
+def start_params(spec: str | None) -> dict:
+    """Initial coefficients of a fit: a trained-physics kind's defaults (``blis-trained-physics``,
+    ``vllm-calibrated``) or a latency-model file's; None: none (the base's defaults)."""
+    import inspect
+    from pathlib import Path as _P
+
+    from .engine.latency import _KINDS, load_latency_file
+
+    if spec is None:
+        return {}
+    if spec in _KINDS and issubclass(_KINDS[spec], _KINDS["blis-trained-physics"]):
+        return {p.name: p.default for p in inspect.signature(_KINDS[spec].__init__).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "integer_us"}
+    if _P(spec).is_file():
+        return load_latency_file(spec)[1]
+    raise ConfigError(f"--start {spec!r} is invalid; give blis-trained-physics, vllm-calibrated or a latency-model file")
+
+
 def _model_of(run: MeasuredRun) -> str:
     return str(run.model.get("name", run.model.get("config")))
 
@@ -306,7 +334,8 @@ def cmd_calibrate(args) -> int:
     if bad:
         raise ConfigError(f"--metrics {bad[0]!r} is not known; allowed: {', '.join(METRICS)}")
     print(f"fitting {', '.join(fit)} of {args.base} on {len(fit_runs)} runs ({len(runs) - len(fit_runs)} held out)")
-    params = calibrate(fit_runs, base=args.base, fit=fit, metrics=metrics, iterations=args.iterations, log=print)
+    params = calibrate(fit_runs, base=args.base, base_params=start_params(args.start), fit=fit, metrics=metrics,
+                       iterations=args.iterations, log=print)
     rows = errors(runs, args.base, params)
     held = {r.key for r in runs if _model_of(r) in held_models}
     table = _error_rows(rows, held)
@@ -342,5 +371,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--metrics", default="ttft_mean,e2e_mean", help="per-stage statistics fitted (comma-separated)")
     p.add_argument("--holdout-model", action="append", metavar="MODEL",
                    help="leave this model's runs out of the fit (repeatable); they are reported as held out")
-    p.add_argument("--iterations", type=int, default=8, help="Gauss-Newton iterations at most")
+    p.add_argument("--iterations", type=int, default=12, help="Levenberg-Marquardt iterations at most")
+    p.add_argument("--start", help="initial coefficients: blis-trained-physics, vllm-calibrated or a latency-model "
+                   "file (default: the base's)")
     p.set_defaults(func=cmd_calibrate)

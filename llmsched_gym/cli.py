@@ -171,7 +171,8 @@ def cmd_run(args) -> int:
                   "flow_control": sim.flow.name if sim.flow else None})
         if sim.pd is not None:  # a cluster with a prefill pool, or pd-aggregated
             s["pd"] = sim.pd.name
-        wins, names = run_windows(sim, sc.profile, args.window)  # an inference-perf run's stages, or --window
+        prof = sc.profile.scaled(qps / sc.base_rate()) if sc.profile is not None else None  # as run (--qps)
+        wins, names = run_windows(sim, prof, args.window)  # an inference-perf run's stages, or --window
         if wins:
             s["windows"] = summarize_windows(sim, wins, names)
         results.append(s)

@@ -429,6 +429,7 @@ class TrainedPhysicsModel(StepTimeModel):
         tp_sum = t.sum()
         proj = 2.0 * d * (2 * d + 2 * dkv)
         mlp, weight = trained_physics_mlp_weight(m, hw, tp)
+        weight = self._weight_term(weight, tp_sum + n)
         attn = L * 4 * (m.heads / tp) * dh  # per (query, key) pair; heads are split over TP
         kvf = L * 2 * dkv / tp * (m.kv_bytes / 2)  # exact: a power-of-two scale (BF16 KV: 1)
         pf_compute = (L * tp_sum * (proj + mlp) / tp + attn * float(np.sum(t * (s + t / 2)))) / hw.flops_per_us
@@ -438,8 +439,17 @@ class TrainedPhysicsModel(StepTimeModel):
         all_reduce = 2 * L * (tp_sum + n) * d * 2 * 2 * (tp - 1) / tp / hw.bytes_per_us
         return (
             self.b1a * pf_compute + self.b1b * pf_kv + self.b2a * dc_compute + self.b2b * dc_kv
-            + self.b3 * weight + self.b4 * all_reduce + self.b5 * L + self.b6 * (t.size + n) + self.b7
+            + self.b3 * weight + self.b4 * all_reduce + self.layer_cost * L + self.b6 * (t.size + n) + self.b7
         )
+
+    def _weight_term(self, weight: float, tokens: float) -> float:
+        """T_weight of an iteration of ``tokens`` tokens: every weight, every expert."""
+        return weight
+
+    @property
+    def layer_cost(self) -> float:
+        """Overhead per layer per iteration, us (b5)."""
+        return self.b5
 
     def arrival_delay_us(self, input_tokens: np.ndarray) -> np.ndarray:
         return np.full(np.shape(input_tokens), float(self.a0))
@@ -450,17 +460,27 @@ class TrainedPhysicsModel(StepTimeModel):
 
 
 #: Coefficients of "vllm-calibrated": trained-physics's terms fitted by ``llmsched-gym calibrate``
-#: to the 15 measured vLLM v0.15.1 runs (H100; docs/validation.md, "Validation against real vLLM").
+#: (``--fit a0,b2a,b2b,b3,b4,b5,b6,b7``, per-stage TTFT and E2E means) to the 15 measured vLLM
+#: v0.15.1 runs on H100 (docs/validation.md, "Validation against real vLLM"); b1a, b1b, a1, a2
+#: keep BLIS's values (the runs' prompts hit the prefix cache: no prefill signal to fit).
 VLLM_CALIBRATED = {
-    "b1a": 0.152128, "b1b": 0.0, "b2a": 0.0, "b2b": 1.94710771, "b3": 1.36252915, "b4": 0.752037,
-    "b5": 32.09546717, "b6": 4.41684444, "b7": 126.024825, "a0": 15563.20, "a1": 777.35, "a2": 45.91,
+    "b1a": 0.152128, "b1b": 0.0, "b2a": 0.0573011, "b2b": 1.22995222, "b3": 1.44312264, "b4": 10.9950839,
+    "b5": 21.0709405, "b6": 1.08161619, "b7": 264.645358, "a0": 7760.14743, "a1": 777.35, "a2": 45.91,
 }
 
 
 class VllmCalibratedModel(TrainedPhysicsModel):
     """:class:`TrainedPhysicsModel`'s terms with coefficients fitted to measured vLLM runs under
     their real open-loop arrivals (:data:`VLLM_CALIBRATED`; docs/validation.md). BLIS's own
-    coefficients stay available as ``blis-trained-physics`` for parity runs."""
+    coefficients stay available as ``blis-trained-physics`` for parity runs.
+
+    One term differs: an MoE iteration reads only the routed experts its tokens touch, in
+    expectation E (1 - (1 - k / E)^B) of E experts for B tokens routed to k each (BLIS's
+    roofline uses the same count), besides the attention, dense-layer and shared-expert
+    weights, and the lm_head's (every iteration samples). Dense models: trained-physics's
+    T_weight with the attention at its real size and the lm_head added. ``b5`` applies only
+    at tp > 1 (see :attr:`layer_cost`).
+    """
 
     name = "vllm-calibrated"
 
@@ -486,6 +506,40 @@ class VllmCalibratedModel(TrainedPhysicsModel):
     ):
         super().__init__(hardware, model, tp, b1a=b1a, b1b=b1b, b2a=b2a, b2b=b2b, b3=b3, b4=b4, b5=b5, b6=b6,
                          b7=b7, a0=a0, a1=a1, a2=a2, integer_us=integer_us)
+        self.dense_weight, self.expert_weight, self.experts, self.routed = expert_weight_terms(
+            self.model, self.hardware, self.tp)
+
+    def _weight_term(self, weight: float, tokens: float) -> float:
+        return self.dense_weight + self.expert_weight * touched_experts(self.experts, self.routed, tokens)
+
+    @property
+    def layer_cost(self) -> float:
+        """b5 is the per-layer cost of tensor parallelism (two all-reduces a layer, latency-bound
+        at decode batch sizes): 0 on one GPU, where CUDA graphs leave no per-layer cost."""
+        return self.b5 if self.tp > 1 else 0.0
+
+
+def touched_experts(E: float, k: float, tokens: float) -> float:
+    """Expected distinct experts of E that ``tokens`` tokens, each routed to k, touch."""
+    return E * (1.0 - ((E - k) / E) ** tokens) if E > 0 else 0.0
+
+
+def expert_weight_terms(m: ModelConfig, hw: Hardware, tp: int) -> tuple[float, float, float, float]:
+    """(T_weight of the weights every iteration reads, us; T_weight of one routed expert in
+    every MoE layer, us; routed experts E; experts per token k) for ``vllm-calibrated``.
+
+    Unlike trained-physics's d (2d + 2dKV), the attention projections are counted at their
+    real size (q and o are d x heads x head_dim: Mistral-Nemo's 4,096 columns, not 5,120),
+    and each weight at its width, the lm_head included; dense models have no expert term
+    (0, 0, 0)."""
+    L, d, W = m.layers, float(m.hidden), hw.bytes_per_us
+    routed = m.n_moe_layers * m.num_experts * float(m.ffn)  # MLP width summed over layers
+    attn = L * m.attn_params_per_layer * m.attn_bytes
+    always = attn + 3.0 * d * (L * m.ffn_resident_width - routed) * m.mlp_bytes + m.lm_head_params * m.dtype_bytes
+    if not m.is_moe:
+        return always / tp / W, 0.0, 0.0, 0.0
+    per_expert = m.n_moe_layers * 3.0 * d * m.ffn * m.mlp_bytes / tp / W
+    return always / tp / W, per_expert, float(m.num_experts), float(m.experts_per_token)
 
 
 def roofline_weight_bytes(m: ModelConfig) -> float:

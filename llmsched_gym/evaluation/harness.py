@@ -231,7 +231,8 @@ def _cell_result(task: dict, sim) -> dict:
     if getattr(sc, "profile", None) is not None:  # an inference-perf run: its stages as rows too
         from .metrics import run_windows, summarize_windows
 
-        out["classes"] = {**s["classes"], **summarize_windows(sim, *run_windows(sim, sc.profile))}
+        prof = sc.profile.scaled(sc.target_qps() / sc.base_rate())  # the stages as run at the cell's rate
+        out["classes"] = {**s["classes"], **summarize_windows(sim, *run_windows(sim, prof))}
     if task.get("samples"):
         rec = request_records(t, sim.now)
         out["samples"] = {"ttft": rec["ttft_or_wait"].astype(np.float32), "tpot": rec["tpot"].astype(np.float32),

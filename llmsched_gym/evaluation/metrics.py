@@ -189,13 +189,12 @@ def summarize_windows(sim, windows: list[tuple[float, float]], names: list[str] 
 
 
 def run_windows(sim, profile=None, window_s: float | None = None) -> tuple[list[tuple[float, float]], list[str]]:
-    """The windows a run is reported by: an inference-perf profile's stages
-    (``stage1``...), else fixed windows of ``window_s`` seconds over the arrivals
-    (``w1``...); none without either."""
+    """The windows a run is reported by: the stages of the inference-perf profile that
+    generated its workload (``stage1``...), else fixed windows of ``window_s`` seconds over
+    the arrivals (``w1``...); none without either."""
     if profile is not None:
-        wins = profile.stage_windows()
-        return [(lo, hi + (profile.stage_gap_s if k < len(wins) - 1 else 0.0)) for k, (lo, hi) in enumerate(wins)], \
-            [f"stage{k + 1}" for k in range(len(wins))]
+        wins = profile.stage_bounds(sim.workload.arrival_s)
+        return wins, [f"stage{k + 1}" for k in range(len(wins))]
     if not window_s:
         return [], []
     arr = sim.workload.arrival_s

@@ -160,12 +160,24 @@ class InferencePerfProfile:
         return [int(r * t) for r, t in self.stages]
 
     def stage_windows(self) -> list[tuple[float, float]]:
-        """(start, end) of each stage's arrivals, seconds from the run's start."""
+        """Nominal (start, end) of each stage, seconds from the run's start (a Poisson stage
+        may end a little before or after: see :meth:`stage_bounds`)."""
         out, t0 = [], 0.0
         for _, dur in self.stages:
             out.append((t0, t0 + dur))
             t0 += dur + self.stage_gap_s
         return out
+
+    def stage_bounds(self, arrival_s: np.ndarray) -> list[tuple[float, float]]:
+        """Arrival-time windows of the stages of a workload this profile generated: stage k
+        holds requests ``[c_k, c_k+1)`` (its ``int(rate x duration)``), from its first
+        arrival to the next stage's first (the last window closed at the last arrival)."""
+        cuts = np.concatenate([[0], np.cumsum(self.stage_counts())])
+        if cuts[-1] != len(arrival_s):
+            raise ConfigError(f"stage_bounds: {len(arrival_s)} arrivals, but the stages send {cuts[-1]}")
+        starts = [float(arrival_s[c]) for c in cuts[:-1]]
+        return [(starts[k], starts[k + 1] if k + 1 < len(starts) else float(arrival_s[-1]))
+                for k in range(len(starts))]
 
     @property
     def mean_rate(self) -> float:
@@ -180,12 +192,12 @@ class InferencePerfProfile:
 
     # ------------------------------------------------------------------ requests
     def _arrivals(self, rng: np.random.Generator) -> np.ndarray:
-        parts = []
-        for (rate, dur), (t0, _) in zip(self.stages, self.stage_windows()):
+        parts, t0 = [], 0.0
+        for rate, dur in self.stages:
             n = int(rate * dur)
             if self.load_type == "constant":
                 gaps = rng.exponential(1.0 / rate, n)
-                parts.append(t0 + np.cumsum(gaps * (dur / gaps.sum())))
+                parts.append(np.minimum(t0 + np.cumsum(gaps * (dur / gaps.sum())), t0 + dur))
             else:  # per second, a Poisson count spread like a constant stage of that second
                 times, sec = [], 0
                 while sum(len(x) for x in times) < n:
@@ -195,6 +207,7 @@ class InferencePerfProfile:
                         times.append(t0 + sec + np.cumsum(gaps / gaps.sum()))
                     sec += 1
                 parts.append(np.concatenate(times)[:n])
+            t0 = max(t0 + dur, float(parts[-1][-1])) + self.stage_gap_s  # stages never overlap
         return np.concatenate(parts)
 
     def _pool(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
