@@ -459,13 +459,15 @@ class TrainedPhysicsModel(StepTimeModel):
         return self.a2 * np.maximum(out, 1.0) + self.a1 * (out > 0)
 
 
-#: Coefficients of "vllm-calibrated": trained-physics's terms fitted by ``llmsched-gym calibrate``
-#: (``--fit a0,b2a,b2b,b3,b4,b5,b6,b7``, per-stage TTFT and E2E means) to the 15 measured vLLM
-#: v0.15.1 runs on H100 (docs/validation.md, "Validation against real vLLM"); b1a, b1b, a1, a2
-#: keep BLIS's values (the runs' prompts hit the prefix cache: no prefill signal to fit).
+#: Coefficients of "vllm-calibrated": ``llmsched-gym calibrate --runs ../shared/real_vllm/runs.json
+#: --start blis-trained-physics`` (a0, b2a, b2b, b3, b4, b5, b6, b7 fitted to the per-stage TTFT and
+#: E2E means of the 15 measured vLLM v0.15.1 runs on H100; docs/validation.md, "Validation against
+#: real vLLM"); b1a, b1b, a1, a2 keep BLIS's values (the runs' prompts hit the prefix cache: no
+#: prefill signal to fit them on).
 VLLM_CALIBRATED = {
-    "b1a": 0.152128, "b1b": 0.0, "b2a": 0.0573011, "b2b": 1.22995222, "b3": 1.44312264, "b4": 10.9950839,
-    "b5": 21.0709405, "b6": 1.08161619, "b7": 264.645358, "a0": 7760.14743, "a1": 777.35, "a2": 45.91,
+    "b1a": 0.152128, "b1b": 0.0, "b2a": 0.08315347540964581, "b2b": 1.215148848693324,
+    "b3": 1.4856763603115666, "b4": 31.50446584282206, "b5": 12.728985099940504, "b6": 2.9437333124162333,
+    "b7": 36.892296059947476, "a0": 8205.492693573458, "a1": 777.35, "a2": 45.91,
 }
 
 
