@@ -106,3 +106,18 @@ def test_scenario_yaml_runs_per_stage(tmp_path):
     assert res["prefix_hit_token_ratio"] > 0.8  # prompts repeat after the first 12
     # a scaled rate scales every stage
     assert len(s.at_rate(2 * s.base_rate()).build_workload(0)) == 220
+
+
+def test_compare_rows_per_stage(tmp_path):
+    sc = {"name": "ipc", "cluster": {"instances": 1, "model": "qwen2.5-7b", "latency_model": "vllm-calibrated"},
+          "workload": {"inference_perf": {**PROFILE, "stages": [{"rate": 2, "duration": 10}, {"rate": 4, "duration": 5}]}}}
+    path = tmp_path / "ipc.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    out = tmp_path / "cmp"
+    assert main(["compare", "--scenario", str(path), "--policies", "round-robin", "--seeds", "1", "--out", str(out),
+                 "--no-plots", "--workers", "1"]) == 0
+    import csv
+
+    rows = {r["class"]: r for r in csv.DictReader((out / "results.csv").open())}
+    assert {"stage1", "stage2", "all"} <= set(rows)
+    assert (int(rows["stage1"]["requests"]), int(rows["stage2"]["requests"]), int(rows["all"]["requests"])) == (20, 20, 40)
