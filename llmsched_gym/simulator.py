@@ -96,7 +96,8 @@ CLUSTER_RULES = {"instances": POSITIVE_INT, "tp": POSITIVE_INT, "gpu_memory_util
                  "kv_link_gbps": {"gt": 0, "none_ok": True}, "kv_link_latency_s": {"ge": 0, "none_ok": True}}
 ENGINE_RULES = {"max_num_seqs": POSITIVE_INT, "max_num_batched_tokens": POSITIVE_INT, "block_size": POSITIVE_INT,
                 "max_model_len": {"integer": True, "ge": 1, "none_ok": True}}
-GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": POSITIVE_INT, "dispatch_interval_s": {"gt": 0}}
+GATEWAY_RULES = {"ttl_s": {"gt": 0}, "band_capacity": POSITIVE_INT, "dispatch_interval_s": {"gt": 0},
+                 "client_timeout_s": {"gt": 0, "none_ok": True}}
 
 
 def check_kv_blocks(field: str, value) -> None:
@@ -295,6 +296,10 @@ class GatewayConfig:
         eviction: llm-d's demand-driven in-flight eviction (flow control only): True for
             llm-d's defaults, an :class:`~llmsched_gym.gateway.eviction.EvictionConfig` or a
             mapping of its fields; None (default) or False: off.
+        client_timeout_s: the clients' timeout: a request not finished this many seconds
+            after its arrival is aborted (outcome ``timed_out``; the instance frees its KV
+            between steps, as vLLM does for a closed stream); None (default): no timeout.
+            Not simulated with flow control (gateway queues) or P/D disaggregation.
     """
 
     router: object = "round-robin"
@@ -306,6 +311,7 @@ class GatewayConfig:
     saturation: SaturationConfig | dict | None = None
     pd: object = None
     eviction: EvictionConfig | dict | bool | None = None
+    client_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         self.saturation = SaturationConfig.from_dict(self.saturation, "gateway.saturation")
@@ -369,7 +375,12 @@ class Simulator:
             scrape_interval_s=cluster.scrape_interval_s, ttl_s=gateway.ttl_s, band_capacity=gateway.band_capacity,
             dispatch_interval_s=gateway.dispatch_interval_s, horizon_s=self.horizon,
             expected_output=self.expected_output, rng=self.rng, saturation=gateway.saturation,
-            eviction=gateway.eviction)
+            eviction=gateway.eviction,
+            client_timeout_s=np.inf if gateway.client_timeout_s is None else float(gateway.client_timeout_s))
+        if gateway.client_timeout_s is not None and (gateway.flow_control is not None or cluster.prefill_instances):
+            raise ConfigError(f"gateway.client_timeout_s={gateway.client_timeout_s} with "
+                              f"{'flow control' if gateway.flow_control is not None else 'P/D disaggregation'} "
+                              "is not simulated; allowed: a cluster without gateway queues or a prefill pool")
         if cluster.cpu_kv_gb:
             self.inputs.cpu_blocks = cluster.cpu_blocks()
             self.inputs.cpu_load_us_per_token = cluster.cpu_load_us_per_token()

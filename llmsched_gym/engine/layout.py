@@ -59,8 +59,8 @@ N_EN = 6  # EN_ANON_AFTER: vLLM order, anonymous free blocks released right afte
  CI_DECISION, CI_HAS_DECISION, CI_ROUTER, CI_RR_NEXT, CI_FLOW, CI_TICK, CI_ADMIT, CI_MAX_SEQS, CI_BUDGET,
  CI_BS, CI_MAX_LEN, CI_SKIP, CI_BAND_CAP, CI_LAT_KIND, CI_INTEGER_US, CI_LOG_LEN, CI_LOG_FINISH,
  CI_LAST_ROUTE, CI_SAT_KIND, CI_WIN_HEAD, CI_WIN_LEN, CI_NCLASSES, CI_NSERVE, CI_NPREFILL, CI_PD,
- CI_EVICT_MAX) = range(36)
-N_CI = 36  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` over the cluster's request slots
+ CI_EVICT_MAX, CI_TO_PTR) = range(37)
+N_CI = 37  # CI_TO_PTR: the next arrival (cluster-local) whose client timeout is still to come  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` over the cluster's request slots
 # CI_NSERVE: instances that take new requests, the prefix CI_INST0 .. CI_INST0 + NSERVE of the cluster's
 # (all of them unless an autoscaler drains or has not started the rest); routers and saturation read only those.
 # CI_NPREFILL: P/D disaggregation's prefill pool, the cluster's first NPREFILL instances (0: every instance
@@ -70,8 +70,8 @@ N_CI = 36  # CI_WIN_*: LMetric's detector window, a ring in ``win_t``/``win_c`` 
 (CF_NOW, CF_HORIZON, CF_NEXT_SCRAPE, CF_NEXT_CYCLE, CF_SATURATION, CF_SCRAPE_INT, CF_TTL, CF_DISP_INT,
  CF_FT_DELAY, CF_EXP_OUT, CF_STATIONARY, CF_R0, CF_F0, CF_F1, CF_A0, CF_A1, CF_R1, CF_R2, CF_R3,
  CF_SAT_QUEUE, CF_SAT_KV, CF_SAT_STALE, CF_SAT_MAX_REQ, CF_SAT_MAX_TOK, CF_A2, CF_A3, CF_PD0, CF_PD1,
- CF_XFER_US, CF_XFER_LAT, CF_EVICT_GRACE, CF_EVICT_GATE, CF_ASYNC_LAG) = range(33)
-N_CF = 33  # CF_ASYNC_LAG: iterations vLLM's async scheduling delays a request's outputs by (0 or 1)  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.gateway.saturation)
+ CF_XFER_US, CF_XFER_LAT, CF_EVICT_GRACE, CF_EVICT_GATE, CF_ASYNC_LAG, CF_TIMEOUT) = range(34)
+N_CF = 34  # CF_TIMEOUT: the clients' timeout, seconds after arrival (inf: none)  # CF_ASYNC_LAG: iterations vLLM's async scheduling delays a request's outputs by (0 or 1)  # CF_SAT_*: the saturation detector's parameters (llmsched_gym.gateway.saturation)
 # CF_XFER_US / CF_XFER_LAT: P/D's KV transfer, microseconds per prompt token and seconds per transfer.
 # CF_EVICT_GRACE: seconds after a revocation before the next eviction decision (its confirmation grace);
 # CF_EVICT_GATE: the time the next decision may run.
@@ -104,7 +104,7 @@ PD_AGGREGATED, PD_PREFILL, PD_TRANSFER, PD_ARRIVED, PD_DECODE = range(5)
 PD_DECIDE_ALWAYS, PD_DECIDE_LLMD, PD_DECIDE_DYNAMO = range(3)
 
 # Outcomes (same codes as llmsched_gym.engine.requests).
-IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED = range(6)
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED, TIMED_OUT = range(7)
 
 #: Decode iterations planned at once (bounds the per-instance segment buffer). A shorter
 #: cap would not change any iteration, but the extra segment ends are events at which a

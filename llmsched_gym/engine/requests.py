@@ -10,9 +10,10 @@ from ..workloads.workload import Workload
 
 # Outcome codes (docs/architecture.md). IN_FLIGHT covers every request not yet in a final state.
 # EVICTED: dispatched, then revoked by the gateway's demand-driven eviction (llm-d).
-IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED = 0, 1, 2, 3, 4, 5
+# TIMED_OUT: its client gave up (GatewayConfig.client_timeout_s) before the last token.
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED, TIMED_OUT = 0, 1, 2, 3, 4, 5, 6
 OUTCOME_NAMES = {IN_FLIGHT: "in_flight", FINISHED: "finished", REJECTED: "rejected",
-                 EXPIRED: "expired", DROPPED: "dropped", EVICTED: "evicted"}
+                 EXPIRED: "expired", DROPPED: "dropped", EVICTED: "evicted", TIMED_OUT: "timed_out"}
 
 
 class RequestTable:

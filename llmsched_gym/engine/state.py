@@ -36,6 +36,7 @@ from .layout import (
     CF_SAT_QUEUE,
     CF_SAT_STALE,
     CF_SCRAPE_INT,
+    CF_TIMEOUT,
     CF_TTL,
     CF_XFER_LAT,
     CF_XFER_US,
@@ -59,6 +60,7 @@ from .layout import (
     CI_REQ1,
     CI_SAT_KIND,
     CI_SKIP,
+    CI_TO_PTR,
     EN_NEXT,
     EN_PREV,
     IF_CPU_LOAD_US,
@@ -209,6 +211,7 @@ class ClusterInputs:
     kv_us_per_token: float = 0.0  # P/D KV transfer: microseconds per prompt token over the link
     kv_latency_s: float = 0.0  # and seconds per transfer
     eviction: object = None  # llmsched_gym.gateway.eviction.EvictionConfig (None: off)
+    client_timeout_s: float = np.inf  # clients abort a request this long after its arrival
     units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
@@ -509,6 +512,8 @@ class EngineState:
         ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
         cf[CF_EVICT_GRACE, c] = 0.0 if ev is None else ev.confirmation_grace_s
         cf[CF_EVICT_GATE, c] = -np.inf
+        cf[CF_TIMEOUT, c] = x.client_timeout_s
+        ci[CI_TO_PTR, c] = 0
         self.bq[:, c] = 0
         self.bq[BQ_HEAD, c] = self.bq[BQ_TAIL, c] = -1
         self.ceil_ext[c] = 1.0

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from ..engine.requests import EVICTED, EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, RequestTable
+from ..engine.requests import EVICTED, EXPIRED, FINISHED, IN_FLIGHT, OUTCOME_NAMES, TIMED_OUT, RequestTable
 from ..workloads.workload import class_name
 
 PERCENTILES = (50, 90, 99)
@@ -70,7 +70,7 @@ def request_records(table: RequestTable, now: float | None = None) -> dict[str, 
     """
     ttft = table.first_token_t - table.arrival
     no_first = np.isnan(table.first_token_t)
-    gave_up = no_first & ((table.outcome == EXPIRED) | (table.outcome == EVICTED))
+    gave_up = no_first & ((table.outcome == EXPIRED) | (table.outcome == EVICTED) | (table.outcome == TIMED_OUT))
     wait = np.where(gave_up, table.end_t - table.arrival, np.nan)
     if now is not None:
         waiting = no_first & (table.outcome == IN_FLIGHT) & (table.arrival <= now)
