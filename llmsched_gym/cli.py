@@ -1,4 +1,4 @@
-"""Command line: ``llmsched-gym run | scenarios | policies | compare | tune | train``.
+"""Command line: ``llmsched-gym run | scenarios | policies | compare | tune | train | calibrate``.
 
 Bad input (unknown names, negative values, unreadable files) prints one clear line and
 exits with code 2 before any simulation starts.
@@ -39,9 +39,11 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     rate.add_argument("--paper-qps", type=float, help="a published QPS point (seed flow-control scenarios)")
     cl = p.add_argument_group("cluster (overrides the scenario's)")
     cl.add_argument("--instances", type=int)
-    cl.add_argument("--hardware", help="H100, H200, A100, H20")
-    cl.add_argument("--model", help="qwen3-14b, qwen3-30b-a3b, qwen2-7b, qwen2.5-7b, llama-3.1-8b")
-    cl.add_argument("--latency-model", help="linear, roofline, blis-trained-physics, blis-roofline")
+    cl.add_argument("--hardware", help="H100, H200, A100, H20, L40S")
+    cl.add_argument("--model", help="qwen3-14b, qwen3-30b-a3b, qwen2-7b, qwen2.5-7b, llama-3.1-8b, or a "
+                    "HuggingFace config.json (path, folder, or a model id in the local HF cache)")
+    cl.add_argument("--latency-model", help="linear, roofline, blis-trained-physics, vllm-calibrated, "
+                    "blis-roofline, or a latency-model FILE written by `llmsched-gym calibrate`")
     cl.add_argument("--kv-blocks", help="KV blocks per instance, or 'unlimited'")
     cl.add_argument("--cpu-kv-gb", type=float, help="a CPU KV tier of this many GB per instance (0: none)")
     cl.add_argument("--cpu-link-gbps", type=float, help="host link GB/s the CPU tier loads over (default: the GPU's)")
@@ -156,10 +158,11 @@ def _validate_policies(overrides: dict) -> None:
 
 
 def cmd_run(args) -> int:
-    from .evaluation.metrics import summarize
-    from .validation import check_output_file
+    from .evaluation.metrics import run_windows, summarize, summarize_windows
+    from .validation import check_number, check_output_file
 
     check_flags(args, ["--seed", "--seeds"])
+    check_number("--window", args.window, gt=0, none_ok=True)
     if args.json is not None:
         check_output_file("--json", args.json, force=args.force)  # before the run: a bad path must not cost the results
     sc = scenario_from_args(args)
@@ -181,6 +184,10 @@ def cmd_run(args) -> int:
         # what ran, parameters included (a spec given, an --epp-config's weights, the scenario's)
         s["policy_specs"] = {k: _spec(pol.get(k, getattr(sc.gateway, k)), s.get(k))
                              for k in ("router", "flow_control", "admission", "pd") if k in s}
+        prof = sc.profile.scaled(qps / sc.base_rate()) if sc.profile is not None else None  # as run (--qps)
+        wins, names = run_windows(sim, prof, args.window)  # an inference-perf run's stages, or --window
+        if wins:
+            s["windows"] = summarize_windows(sim, wins, names)
         results.append(s)
         _print_summary(s)
     if args.json is not None:
@@ -223,19 +230,32 @@ def _print_summary(s: dict) -> None:
     t = Table(title=title)
     classes = s["classes"]
     evicting = any(c.get("evicted", 0) for c in classes.values())  # a column only where the gateway evicts
+    timing_out = any(c.get("timed_out", 0) for c in classes.values())  # ... or clients time out
     for col in ("class", "requests", "finished", "rejected", "expired", "dropped") + ("evicted",) * evicting + (
+            "timed out",) * timing_out + (
             "in flight", "TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean", "TPOT p99", "E2E p99", "req/s", "tok/s"):
         t.add_column(col, justify="right")
     if len(classes) == 2 and "all" in classes:  # one class: its row is the "all" row
         classes = {k: v for k, v in classes.items() if k != "all"}
     for name, c in classes.items():
         t.add_row(name, str(c["requests"]), str(c["finished"]), str(c["rejected"]), str(c["expired"]),
-                  str(c["dropped"]), *([str(c["evicted"])] if evicting else []), str(c["in_flight"]),
+                  str(c["dropped"]), *([str(c["evicted"])] if evicting else []),
+                  *([str(c["timed_out"])] if timing_out else []), str(c["in_flight"]),
                   _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
                   _fmt(c["ttft_p99"]), _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["tpot_p99"], 1e3, 1) + "ms",
                   _fmt(c["e2e_p99"]), _fmt(c["throughput_rps"], 1, 2), _fmt(c["output_tokens_per_s"], 1, 0))
     console = tables.console()
     tables.print_table(t, console)
+    if s.get("windows"):
+        w = Table(title="per stage" if next(iter(s["windows"])).startswith("stage") else "per window")
+        for col in ("window", "arrivals s", "requests", "finished", "TTFT mean", "TTFT p90", "TTFT p99",
+                    "E2E mean", "E2E p90", "E2E p99", "TPOT mean", "req/s"):
+            w.add_column(col, justify="right")
+        for name, c in s["windows"].items():
+            w.add_row(name, f"{c['start_s']:.0f}-{c['end_s']:.0f}", str(c["requests"]), str(c["finished"]),
+                      *(_fmt(c[k]) for k in ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99")),
+                      _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["throughput_rps"], 1, 2))
+        tables.print_table(w, console)
     console.print(f"times in seconds; prefix-hit token ratio {s['prefix_hit_token_ratio']:.3f}; "
                   f"preemptions {s['preemptions']}; simulated {s['sim_seconds']:.1f} s in {s['wall_seconds']:.2f} s wall")
 
@@ -324,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1")
     p.add_argument("--json", help="write the summaries as a JSON list (one object per seed) to this path")
     add_force_arg(p)
+    p.add_argument("--window", type=float, metavar="SECONDS",
+                   help="also report metrics per window of this many seconds of arrivals (an inference-perf "
+                        "scenario is reported per stage anyway)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("scenarios", help="list scenarios, or --describe NAME")
@@ -339,7 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Subcommands of other modules and packages (``train`` comes from agents/cli.py).
     plugins = [ep.value for ep in entry_points(group="llmsched_gym.commands")] or ["agents.cli"]
-    for module in ["llmsched_gym.evaluation.harness", "llmsched_gym.evaluation.tune", "llmsched_gym.gateway.epp", "llmsched_gym.workloads.trace_registry", *plugins]:
+    for module in ["llmsched_gym.evaluation.harness", "llmsched_gym.evaluation.tune", "llmsched_gym.gateway.epp",
+                   "llmsched_gym.workloads.trace_registry", "llmsched_gym.calibration", *plugins]:
         import_module(module).add_cli(sub)
     return parser
 

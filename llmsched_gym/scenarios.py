@@ -52,6 +52,7 @@ from .validation import (
     checked_keywords,
     invalid,
 )
+from .workloads.inference_perf import InferencePerfProfile
 from .workloads.synthetic import WorkloadSpec, generate
 from .workloads.trace_registry import trace_dir
 from .workloads.workload import Workload, merge_workloads
@@ -168,8 +169,13 @@ class Scenario:
         return self.workload if isinstance(self.workload, TraceSource) else None
 
     @property
+    def profile(self) -> InferencePerfProfile | None:
+        """The inference-perf run this scenario replays (None: another workload)."""
+        return self.workload if isinstance(self.workload, InferencePerfProfile) else None
+
+    @property
     def specs(self) -> list[WorkloadSpec]:
-        if isinstance(self.workload, TraceSource):
+        if isinstance(self.workload, (TraceSource, InferencePerfProfile)):
             return []
         return list(self.workload) if isinstance(self.workload, (list, tuple)) else [self.workload]
 
@@ -177,6 +183,8 @@ class Scenario:
         """Request rate of the workload as written (before any qps/load setting)."""
         if isinstance(self.workload, TraceSource):
             return self.workload.base_rate()
+        if self.profile is not None:
+            return self.profile.mean_rate
         return float(sum(s.arrival.rate for s in self.specs))
 
     def target_qps(self) -> float:
@@ -250,6 +258,8 @@ class Scenario:
             return w
         self.check_size()
         factor = self.target_qps() / self.base_rate()
+        if self.profile is not None:  # a qps / load setting scales every stage's rate
+            return (self.profile.scaled(factor) if factor != 1.0 else self.profile).generate(seed)
         parts = []
         for k, spec in enumerate(self.specs):
             s = replace(spec, arrival=replace(spec.arrival, rate=spec.arrival.rate * factor))
@@ -326,6 +336,8 @@ class Scenario:
               for k, v in gw.items()}
         if isinstance(self.workload, TraceSource):
             wl = {"trace": {f.name: getattr(self.workload, f.name) for f in fields(TraceSource)}}
+        elif self.profile is not None:
+            wl = {"inference_perf": self.profile.to_dict()}
         else:
             wl = [s.to_dict() for s in self.specs]
             wl = wl[0] if len(wl) == 1 else {"mixture": wl}
@@ -345,9 +357,11 @@ class Scenario:
         for k, default in _CLUSTER_OPTION_DEFAULTS.items():  # at its default, older fingerprints stay valid
             if d["cluster"].get(k, default) == default:
                 d["cluster"].pop(k, None)
+        if not d["cluster"]["engine"].get("async_scheduling"):  # added later; off: older fingerprints stay valid
+            d["cluster"]["engine"].pop("async_scheduling", None)
         # The run's own window (duration_s / num_requests) does not enter: capacity is
         # measured over the scenario's capacity window whatever the run's length.
-        for spec in d["workload"].get("mixture", [d["workload"]]):
+        for spec in d["workload"].get("mixture", [d["workload"]]) if self.profile is None else []:
             spec.pop("duration_s", None)
             spec.pop("num_requests", None)
         if isinstance(self.workload, TraceSource):
@@ -394,6 +408,8 @@ def check_scenario_overrides(overrides: dict) -> None:
             continue  # not given
         if k in SCENARIO_OVERRIDE_RULES:
             check_number(k, v, **SCENARIO_OVERRIDE_RULES[k])
+        elif k in ("hardware", "model") and isinstance(v, dict):
+            continue  # a GPU / model description, checked when the cluster is built
         elif k in ("hardware", "model", "latency_model", "kv_link"):
             check_name(k, v)
         elif k == "kv_blocks":
@@ -430,7 +446,7 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
         raise ConfigError(f"unknown scenario override(s) {sorted(unknown)}; allowed: {', '.join(sorted(_OVERRIDES))}")
     check_scenario_overrides(overrides)  # types, ranges, finiteness
     for k in ("duration_s", "num_requests"):
-        if k in overrides and isinstance(sc.workload, TraceSource):
+        if k in overrides and isinstance(sc.workload, (TraceSource, InferencePerfProfile)):
             raise ConfigError(f"{k}={overrides[k]!r} does not apply to {sc.name!r}, which replays a trace "
                               "(use horizon_s, or the trace's limit)")
     rate = {k: overrides.pop(k) for k in ("qps", "load", "paper_qps") if overrides.get(k) is not None}
@@ -535,6 +551,12 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
         if tr.get("format") not in TRACE_FORMATS:
             raise ConfigError(f"{source}.workload.trace.format={tr.get('format')!r} is not known; allowed: {', '.join(TRACE_FORMATS)}")
         workload = _build(f"{source}.workload.trace", TraceSource, tr)
+    elif isinstance(wl, dict) and "inference_perf" in wl:
+        _known(f"{source}.workload", wl, {"inference_perf"})
+        ip = wl["inference_perf"]
+        workload = InferencePerfProfile.from_dict(ip, f"{source}.workload.inference_perf")
+        if isinstance(ip, dict) and "block_tokens" not in ip:  # hash blocks = the engine's KV blocks
+            workload.block_tokens = cluster.engine.block_size
     elif isinstance(wl, dict) and "mixture" in wl:
         _known(f"{source}.workload", wl, {"mixture"})
         workload = [WorkloadSpec.from_dict(w, f"{source}.workload.mixture[{i}]") for i, w in enumerate(wl["mixture"])]

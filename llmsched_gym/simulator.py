@@ -78,7 +78,8 @@ ENGINE_RULES = {"max_num_seqs": {"integer": True, "ge": 1, "le": 4096},
                 "max_num_batched_tokens": {"integer": True, "ge": 1, "le": 2**20},
                 "block_size": {"integer": True, "ge": 1, "le": 4096},
                 "max_model_len": {"integer": True, "ge": 1, "le": MAX_TOKENS, "none_ok": True}}
-GATEWAY_RULES = {"ttl_s": SECONDS, "band_capacity": REQUESTS, "dispatch_interval_s": {"gt": 0, "le": 3600}}
+GATEWAY_RULES = {"ttl_s": SECONDS, "band_capacity": REQUESTS, "dispatch_interval_s": {"gt": 0, "le": 3600},
+                 "client_timeout_s": {"gt": 0, "le": 3600, "none_ok": True}}
 
 
 def check_kv_blocks(field: str, value) -> None:
@@ -122,6 +123,13 @@ def check_cluster(c, prefix: str = "cluster") -> None:
         get_kv_link(c.kv_link)
     except ConfigError as e:
         raise ConfigError(f"{prefix}.{e}") from None
+    from .engine.hardware import get_hardware, get_model
+
+    for name, get in (("hardware", get_hardware), ("model", get_model)):  # a bad config.json fails here
+        try:
+            get(getattr(c, name))
+        except ConfigError as e:
+            raise ConfigError(f"{prefix}.{name}: {e}") from None
 
 
 def _check_applies(c, prefix: str) -> None:
@@ -189,9 +197,15 @@ class ClusterConfig:
 
     Args:
         instances: number of model instances.
-        hardware, model, tp: presets (see ``llmsched_gym.engine.hardware``) and tensor parallelism.
-        latency_model: ``linear``, ``roofline``, ``blis-trained-physics`` or
-            ``blis-roofline`` (BLIS's roofline formula; for parity runs only).
+        hardware: a GPU preset name or a GPU description mapping (``peak_tflops``,
+            ``hbm_tbps``, ``memory_gib``, ...; ``engine.hardware.get_hardware``).
+        model: a model preset name, a HuggingFace ``config.json`` path, or a mapping
+            ``{config, name, weight_dtype, kv_cache_dtype}`` (``engine.hardware.get_model``).
+        tp: tensor parallelism.
+        latency_model: ``linear``, ``roofline``, ``blis-trained-physics``, ``vllm-calibrated``
+            (fitted on real vLLM runs, docs/validation.md), ``blis-roofline`` (BLIS's
+            roofline formula; for parity runs only), or the path of a latency-model file
+            written by ``llmsched-gym calibrate``.
         latency_params: keyword overrides for the step-time model's coefficients.
         kv_blocks: KV capacity per instance in blocks; None derives it from memory
             (docs/architecture.md); ``"unlimited"`` disables capacity limits and eviction.
@@ -231,8 +245,8 @@ class ClusterConfig:
     """
 
     instances: int = 2
-    hardware: str = "H100"
-    model: str = "qwen3-14b"
+    hardware: str | dict = "H100"
+    model: str | dict = "qwen3-14b"
     tp: int = 1
     latency_model: str = "linear"
     latency_params: dict = field(default_factory=dict)
@@ -347,6 +361,10 @@ class GatewayConfig:
         eviction: llm-d's demand-driven in-flight eviction (flow control only): True for
             llm-d's defaults, an :class:`~llmsched_gym.gateway.eviction.EvictionConfig` or a
             mapping of its fields; None (default) or False: off.
+        client_timeout_s: the clients' timeout: a request not finished this many seconds
+            after its arrival is aborted (outcome ``timed_out``; the instance frees its KV
+            between steps, as vLLM does for a closed stream); None (default): no timeout.
+            Not simulated with flow control (gateway queues) or P/D disaggregation.
     """
 
     router: object = "round-robin"
@@ -358,6 +376,7 @@ class GatewayConfig:
     saturation: SaturationConfig | dict | None = None
     pd: object = None
     eviction: EvictionConfig | dict | bool | None = None
+    client_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         self.saturation = SaturationConfig.from_dict(self.saturation, "gateway.saturation")
@@ -422,7 +441,12 @@ class Simulator:
             scrape_interval_s=cluster.scrape_interval_s, ttl_s=gateway.ttl_s, band_capacity=gateway.band_capacity,
             dispatch_interval_s=gateway.dispatch_interval_s, horizon_s=self.horizon,
             expected_output=self.expected_output, rng=self.rng, saturation=gateway.saturation,
-            eviction=gateway.eviction)
+            eviction=gateway.eviction,
+            client_timeout_s=np.inf if gateway.client_timeout_s is None else float(gateway.client_timeout_s))
+        if gateway.client_timeout_s is not None and (gateway.flow_control is not None or cluster.prefill_instances):
+            raise ConfigError(f"gateway.client_timeout_s={gateway.client_timeout_s} with "
+                              f"{'flow control' if gateway.flow_control is not None else 'P/D disaggregation'} "
+                              "is not simulated; allowed: a cluster without gateway queues or a prefill pool")
         if cluster.pools:  # a mixed fleet: each instance its own step times and KV capacity
             self.inputs.kv_blocks = cluster.instance_blocks()
             self.inputs.instance_latency = cluster.instance_latencies()

@@ -66,6 +66,7 @@ def test_hardware_values():
         "H200": (989.5, 4.8, 141.0),
         "A100": (312.0, 2.039, 80.0),
         "H20": (148.0, 4.0, 96.0),
+        "L40S": (362.05, 0.864, 48.0),
     }
 
 
@@ -270,6 +271,10 @@ def test_linear_presets_respect_the_floor():
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_roofline_respects_the_floor(hw, model, tp):
     m = make_latency_model("roofline", hw, model, tp)
+    if hw == "L40S" and model == "Qwen/Qwen3-30B-A3B" and tp == 1:  # 61 GB of weights on a 48 GB GPU
+        with pytest.raises(ConfigError, match="does not fit"):
+            kv_capacity_blocks(hw, model, tp)
+        return
     for batch in _batches(kv_capacity_blocks(hw, model, tp) * 16):
         assert m.step_time_us(*batch) >= m.floor_us(*batch), batch
 

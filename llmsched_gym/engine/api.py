@@ -26,6 +26,7 @@ from .requests import (
     IN_FLIGHT,
     OUTCOME_NAMES,
     REJECTED,
+    TIMED_OUT,
     RequestTable,
     request_records,
 )
@@ -39,4 +40,4 @@ STATUS_NAMES = _layout.STATUS_NAMES
 
 __all__ = ["BACKGROUND", "FOREGROUND", "cache_is_cold", "compile_subtrees", "ClusterInputs", "CompiledForm", "EngineConfig", "EngineState", "PolicyCodes", "RequestTable", "compiled_form",
            "lower_policies", "OUTCOME_NAMES", "STATUS_NAMES", "IN_FLIGHT", "FINISHED", "REJECTED", "EXPIRED",
-           "DROPPED", "EVICTED", "request_records"]
+           "DROPPED", "EVICTED", "TIMED_OUT", "request_records"]

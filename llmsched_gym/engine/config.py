@@ -35,6 +35,11 @@ class EngineConfig:
             generated tokens; it later recomputes prompt + generated tokens and its first
             token stays where it was. ``"restart"`` (BLIS): nothing; it re-prefills its
             prompt, regenerates its output, and its TTFT counts from the last re-prefill.
+        async_scheduling: vLLM's async scheduling (on by default in vLLM >= 0.14): the
+            scheduler plans iteration N+1 while N runs, so a request arriving during N
+            first runs in N+2 and each of its outputs reaches the client one iteration
+            later. Modelled as that lag on the reported first-token and finish times (the
+            batch is formed as without it). False (default): synchronous, as BLIS.
     """
 
     max_num_seqs: int = 256
@@ -44,6 +49,7 @@ class EngineConfig:
     event_skipping: bool = True
     eviction: str = "vllm"
     preemption: str = "recompute"
+    async_scheduling: bool = False
 
     @classmethod
     def blis(cls, **overrides) -> "EngineConfig":

@@ -120,6 +120,7 @@ INSTANCE_FLOAT = Record("inst_f", ("inst",), np.float64, ("field", "slot"), pref
     Field("IF_NEXT_T", default=np.inf), "IF_SCR_KV", "IF_SCRAPE_T",
     "IF_LT_TOKENS", Field("IF_CPU_LOAD_US", doc="microseconds to load one token's KV from the CPU tier"),
     Field("IF_ROUTE_W", default=1.0, doc="ROUTER_LMETRIC_WEIGHTED's factor on its LMetric score"),
+    Field("IF_STEP_S", doc="seconds of its current (last planned) iteration, for CF_ASYNC_LAG"),
 ))
 RUNNING = Record("run", ("inst",), np.int64, ("slot", "field", "seqs"), prefix="RUN", fields=_fields(
     Field("RUN_ID", "req"), "RUN_INP", "RUN_OUT", "RUN_COMP", "RUN_GEN", "RUN_SHARED", "RUN_TAKE", "RUN_PREFILL",
@@ -143,6 +144,7 @@ CLUSTER_INT = Record("clu_i", ("clu",), np.int64, ("field", "slot"), prefix="CI"
     Field("CI_NPREFILL", doc="P/D's prefill pool, the cluster's first NPREFILL instances (0: P/D off)"),
     Field("CI_PD", doc="the compiled P/D decision (PD_DECIDE_*)"),
     Field("CI_EVICT_MAX", doc="llm-d's in-flight eviction, most revocations per decision (0: off)"),
+    Field("CI_TO_PTR", doc="the next arrival (cluster-local) whose client timeout is still to come"),
 ))
 CLUSTER_FLOAT = Record("clu_f", ("clu",), np.float64, ("field", "slot"), prefix="CF", fields=_fields(
     "CF_NOW", "CF_HORIZON", "CF_NEXT_SCRAPE", Field("CF_NEXT_CYCLE", default=np.inf), "CF_SATURATION",
@@ -155,6 +157,8 @@ CLUSTER_FLOAT = Record("clu_f", ("clu",), np.float64, ("field", "slot"), prefix=
     Field("CF_XFER_LAT", doc="P/D KV transfer: seconds per transfer"),
     Field("CF_EVICT_GRACE", doc="seconds after a revocation before the next eviction decision"),
     Field("CF_EVICT_GATE", default=-np.inf, doc="the time the next eviction decision may run"),
+    Field("CF_ASYNC_LAG", doc="iterations vLLM's async scheduling delays a request's outputs by (0 or 1)"),
+    Field("CF_TIMEOUT", doc="the clients' timeout, seconds after arrival (inf: none)"),
 ))
 INDEX = Record("ix", ("ix",), np.int64, ("field", "slot"), prefix="IX", fields=_fields(
     "IX_PRESENT", Field("IX_PREV", "ix", default=-1), Field("IX_NEXT", "ix", default=-1),

@@ -37,6 +37,7 @@ from .layout import (
     CF_A1,
     CF_A2,
     CF_A3,
+    CF_ASYNC_LAG,
     CF_DISP_INT,
     CF_EVICT_GATE,
     CF_EVICT_GRACE,
@@ -62,6 +63,7 @@ from .layout import (
     CF_SATURATION,
     CF_SCRAPE_INT,
     CF_STATIONARY,
+    CF_TIMEOUT,
     CF_TTL,
     CF_XFER_LAT,
     CF_XFER_US,
@@ -99,6 +101,7 @@ from .layout import (
     CI_SKIP,
     CI_STATUS,
     CI_TICK,
+    CI_TO_PTR,
     CI_WIN_HEAD,
     CI_WIN_LEN,
     DROPPED,
@@ -123,6 +126,7 @@ from .layout import (
     IF_ROUTE_W,
     IF_SCR_KV,
     IF_SCRAPE_T,
+    IF_STEP_S,
     II_ANON_FRONT,
     II_CLUSTER,
     II_CPU0,
@@ -242,6 +246,7 @@ from .layout import (
     ST_HORIZON,
     ST_ROUTE,
     ST_TIME,
+    TIMED_OUT,
     U_BLOCKS,
     U_END,
     U_KEY,
@@ -933,6 +938,7 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
             inst_i[II_SEG_LEN, g] = k
             inst_i[II_SEG_USED0, g] = inst_i[II_USED, g]
             inst_f[IF_NEXT_T, g] = end
+            inst_f[IF_STEP_S, g] = end - (seg[g, k - 2] if k > 1 else t)  # the segment's last iteration
             return
 
     _allocate(inst_i, ent, g, n_new)
@@ -956,6 +962,7 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
         step += loaded * inst_f[IF_CPU_LOAD_US, g]
     inst_i[II_SEG_LEN, g] = 0
     inst_f[IF_NEXT_T, g] = t + step * 1e-6
+    inst_f[IF_STEP_S, g] = step * 1e-6
     inst_i[II_ITERS, g] += 1
 
 
@@ -991,7 +998,7 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
     R = run[g]
     n = inst_i[II_NRUN, g]
     any_done = False
-    evicting = clu_i[CI_EVICT_MAX, c] > 0
+    evicting = clu_i[CI_EVICT_MAX, c] > 0 or clu_f[CF_TIMEOUT, c] < np.inf  # aborts happen (>= EVICTED)
     m = inst_i[II_SEG_LEN, g]
     if m > 0:
         inst_i[II_ITERS, g] += m
@@ -1002,11 +1009,14 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
             grown += _blocks(comp + m, bs) - _blocks(comp, bs)
             R[RUN_COMP, j] = comp + m
             R[RUN_GEN, j] += m
-            done = R[RUN_GEN, j] >= R[RUN_OUT, j] or (evicting and req_i[RI_OUTCOME, R[RUN_ID, j]] == EVICTED)
+            done = R[RUN_GEN, j] >= R[RUN_OUT, j] or (evicting and req_i[RI_OUTCOME, R[RUN_ID, j]] >= EVICTED)
             R[RUN_DONE, j] = 1 if done else 0
             any_done |= done
         _allocate(inst_i, ent, g, grown)
-    else:
+    # vLLM's async scheduling plans iteration N+1 while N runs: a request arriving meanwhile
+    # joins N+2, so each of its outputs is reported one iteration later (0: synchronous).
+    lag = clu_f[CF_ASYNC_LAG, c] * inst_f[IF_STEP_S, g]
+    if m <= 0:
         ftd = clu_f[CF_FT_DELAY, c]
         for j in range(n):
             R[RUN_COMP, j] += R[RUN_TAKE, j]
@@ -1020,10 +1030,10 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                     req_i[RI_PREFILL_EST, r] = 0
                     if req_i[RI_PD, r] == PD_PREFILL:  # P/D: its KV goes to the decode instance; this
                         done = True  # token is not sent (the prefill request has max_tokens=1)
-                    elif req_i[RI_OUTCOME, r] != EVICTED:  # an evicted one's client is gone
-                        req_f[RF_FIRST, r] = t + ftd
+                    elif req_i[RI_OUTCOME, r] < EVICTED:  # an evicted / timed-out one's client is gone
+                        req_f[RF_FIRST, r] = t + ftd + lag
                 done = done or R[RUN_GEN, j] >= R[RUN_OUT, j]
-            done = done or (evicting and req_i[RI_OUTCOME, R[RUN_ID, j]] == EVICTED)
+            done = done or (evicting and req_i[RI_OUTCOME, R[RUN_ID, j]] >= EVICTED)
             R[RUN_DONE, j] = 1 if done else 0
             any_done |= R[RUN_DONE, j] == 1
             if R[RUN_PREFILL, j]:
@@ -1038,7 +1048,7 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                 keep += 1
                 continue
             r = R[RUN_ID, j]
-            if evicting and req_i[RI_OUTCOME, r] == EVICTED:  # vLLM frees an aborted request between steps
+            if evicting and req_i[RI_OUTCOME, r] >= EVICTED:  # vLLM frees an aborted request between steps
                 _release(req_i, unit_i, inst_i, ent, g, r, (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j])
                 clu_i[CI_ACTIVE, c] -= 1
                 continue
@@ -1048,14 +1058,20 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
                 continue
             _release(req_i, unit_i, inst_i, ent, g, r, (R[RUN_COMP, j] + bs - 1) // bs - R[RUN_SHARED, j])
             req_i[RI_GENERATED, r] = R[RUN_GEN, j]
-            fin = t + req_f[RF_FINISH_DELAY, r]
-            req_f[RF_FINISH, r] = fin
+            fin = t + req_f[RF_FINISH_DELAY, r] + lag
+            deadline = req_f[RF_ARRIVAL, r] + clu_f[CF_TIMEOUT, c]
             # The gateway learns of the finish.
             inst_i[II_INFLIGHT, g] -= 1
             inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]
             req_i[RI_PREFILL_EST, r] = 0
             clu_i[CI_ACTIVE, c] -= 1
-            _final(req_i, req_f, r, fin, FINISHED)
+            if fin > deadline:  # the last token would reach a client that gave up at its deadline
+                _final(req_i, req_f, r, deadline, TIMED_OUT)
+                if req_f[RF_FIRST, r] > deadline:
+                    req_f[RF_FIRST, r] = np.nan
+            else:
+                req_f[RF_FINISH, r] = fin
+                _final(req_i, req_f, r, fin, FINISHED)
             if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING:
                 inst_f[IF_LT_TOKENS, g] -= req_f[RF_SENT, r]
             if clu_i[CI_LOG_FINISH, c]:
@@ -1069,7 +1085,7 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
 def _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, r, t):
     """Request ``r`` becomes schedulable on ``g`` at ``t``."""
     inst_i[II_PENDING, g] -= 1
-    if req_i[RI_OUTCOME, r] == EVICTED:  # revoked on its way: the instance never schedules it
+    if req_i[RI_OUTCOME, r] >= EVICTED:  # revoked / timed out on its way: never scheduled
         clu_i[CI_ACTIVE, inst_i[II_CLUSTER, g]] -= 1
         return
     _wq_append(req_i, inst_i, g, r)
@@ -1907,12 +1923,20 @@ def _tally(req_i, req_f, r, best, in_flight, evictable):
 
 @njit(cache=True)
 def _evict(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, log, c, r, t):
-    """The gateway revokes in-flight ``r`` at ``t``: its stream ends (outcome EVICTED) and
-    the gateway stops counting it; the instance drops it where it is (vLLM aborts a
-    running request between steps, a waiting one at once; one still on its way is
-    dropped when it arrives, :func:`_enqueue`)."""
+    """The gateway revokes in-flight ``r`` at ``t`` (outcome EVICTED): :func:`_abort`."""
+    _abort(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, log, c, r, t, EVICTED)
+
+
+@njit(cache=True)
+def _abort(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, log, c, r, t, outcome):
+    """In-flight ``r``'s stream ends at ``t`` with ``outcome`` (EVICTED: the gateway revoked
+    it; TIMED_OUT: its client gave up) and the gateway stops counting it; the instance drops
+    it where it is (vLLM aborts a running request between steps, a waiting one at once; one
+    still on its way is dropped when it arrives, :func:`_enqueue`)."""
     g = clu_i[CI_INST0, c] + req_i[RI_INSTANCE, r]
-    _final(req_i, req_f, r, t, EVICTED)
+    _final(req_i, req_f, r, t, outcome)
+    if outcome == TIMED_OUT and req_f[RF_FIRST, r] > t:  # its first token had not reached the client
+        req_f[RF_FIRST, r] = np.nan
     inst_i[II_INFLIGHT, g] -= 1
     inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]
     req_i[RI_PREFILL_EST, r] = 0
@@ -2071,6 +2095,10 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
         t_arr = req_f[RF_ARRIVAL, r0 + ptr] if ptr < n_req else np.inf
         t_cycle = clu_f[CF_NEXT_CYCLE, c]
         t = min(min(t_elig, t_inst), min(t_arr, t_cycle))
+        t_other = t
+        tptr = clu_i[CI_TO_PTR, c]  # client timeouts come in arrival order (one timeout for all)
+        t_to = req_f[RF_ARRIVAL, r0 + tptr] + clu_f[CF_TIMEOUT, c] if tptr < ptr else np.inf
+        t = min(t, t_to)
         horizon_t = min(t, until)
         if interval > 0 and clu_f[CF_NEXT_SCRAPE, c] <= horizon_t:
             # State is constant between events (up to KV growth inside decode segments,
@@ -2089,7 +2117,11 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
             clu_i[CI_STATUS, c] = ST_HORIZON if until >= clu_f[CF_HORIZON, c] else ST_TIME
             return
         clu_f[CF_NOW, c] = t
-        if t_elig == t:
+        if t_to < t_other:  # a client gives up (events at the same time go first)
+            clu_i[CI_TO_PTR, c] = tptr + 1
+            if req_i[RI_OUTCOME, r0 + tptr] == IN_FLIGHT:
+                _abort(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, log, c, r0 + tptr, t, TIMED_OUT)
+        elif t_elig == t:
             r = _heap_pop(heap_t, heap_r, clu_i, c)
             if req_i[RI_PD, r] == PD_TRANSFER:
                 _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, c, r, t)

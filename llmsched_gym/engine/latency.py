@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
+from pathlib import Path
 
 import numpy as np
 
@@ -47,7 +49,8 @@ class StepTimeModel:
     #: prefilling request (the engine passes them; see ``prefill_past``).
     uses_prefill_past: bool = False
 
-    def __init__(self, hardware: str | Hardware = "H100", model: str | ModelConfig = "qwen3-14b", tp: int = 1):
+    def __init__(self, hardware: str | dict | Hardware = "H100", model: str | dict | ModelConfig = "qwen3-14b",
+                 tp: int = 1):
         self.hardware = get_hardware(hardware)
         self.model = get_model(model)
         if not isinstance(tp, (int, np.integer)) or tp < 1 or self.model.heads % tp:
@@ -100,7 +103,11 @@ class StepTimeModel:
         weights = m.layer_active_params + (m.lm_head_params if n > 0 else 0)
         kv_bytes = m.kv_bytes_per_token * (t.sum() + c + n)
         work = t.sum() + n > 0
-        mem_bytes = work * weights * m.dtype_bytes + kv_bytes
+        if m.uniform:
+            mem_bytes = work * weights * m.dtype_bytes + kv_bytes
+        else:  # FP8 experts etc.: each weight at its own width
+            lm = m.lm_head_params * m.dtype_bytes if n > 0 else 0
+            mem_bytes = work * (m.weight_bytes(active=True) + lm) + kv_bytes
         return float(max((pf_flops + dc_flops) / self.hardware.flops_per_us, mem_bytes / self.hardware.bytes_per_us) / self.tp)
 
     def arrival_delay_us(self, input_tokens: np.ndarray) -> np.ndarray:
@@ -266,7 +273,7 @@ class RooflineModel(StepTimeModel):
         past = np.maximum(s - t, 0.0)
         pf_flops, dc_flops = self._flops(t, past, n, c)
         compute = pf_flops / (hw.flops_per_us * self.mfu_prefill) + dc_flops / (hw.flops_per_us * self.mfu_decode)
-        weights = (t.sum() + n > 0) * (m.layer_total_params + m.lm_head_params) * m.dtype_bytes
+        weights = (t.sum() + n > 0) * roofline_weight_bytes(m)
         kv = m.kv_bytes_per_token * (t.sum() + past.sum() + c + n)
         memory = (weights + kv) / hw.bytes_per_us
         return np.maximum(compute, memory) / self.tp + self.overhead_us
@@ -417,24 +424,32 @@ class TrainedPhysicsModel(StepTimeModel):
 
     def _step(self, t: np.ndarray, s: np.ndarray, n: int, c: FloatOrArray) -> FloatOrArray:
         m, hw, tp = self.model, self.hardware, self.tp
-        L, d, dh, dff = m.layers, float(m.hidden), float(m.head_dim), float(m.ffn)
+        L, d, dh = m.layers, float(m.hidden), float(m.head_dim)
         dkv = float(m.kv_heads * m.head_dim)
-        ffn_tokens = max(m.experts_per_token, 1)  # routed experts each token runs
-        ffn_weights = max(m.num_experts, 1)  # experts resident (all are streamed)
         tp_sum = t.sum()
         proj = 2.0 * d * (2 * d + 2 * dkv)
-        mlp = ffn_tokens * 6.0 * d * dff
+        mlp, weight = trained_physics_mlp_weight(m, hw, tp)
+        weight = self._weight_term(weight, tp_sum + n)
         attn = L * 4 * (m.heads / tp) * dh  # per (query, key) pair; heads are split over TP
+        kvf = L * 2 * dkv / tp * (m.kv_bytes / 2)  # exact: a power-of-two scale (BF16 KV: 1)
         pf_compute = (L * tp_sum * (proj + mlp) / tp + attn * float(np.sum(t * (s + t / 2)))) / hw.flops_per_us
-        pf_kv = L * 2 * dkv / tp * tp_sum * 2 / hw.bytes_per_us
+        pf_kv = kvf * tp_sum * 2 / hw.bytes_per_us
         dc_compute = (L * n * (proj + mlp) / tp + attn * c) / hw.flops_per_us
-        dc_kv = L * 2 * dkv / tp * 2 * (c + n) / hw.bytes_per_us
-        weight = L * (d * (2 * d + 2 * dkv) + ffn_weights * 3 * d * dff) * 2 / tp / hw.bytes_per_us
+        dc_kv = kvf * 2 * (c + n) / hw.bytes_per_us
         all_reduce = 2 * L * (tp_sum + n) * d * 2 * 2 * (tp - 1) / tp / hw.bytes_per_us
         return (
             self.b1a * pf_compute + self.b1b * pf_kv + self.b2a * dc_compute + self.b2b * dc_kv
-            + self.b3 * weight + self.b4 * all_reduce + self.b5 * L + self.b6 * (t.size + n) + self.b7
+            + self.b3 * weight + self.b4 * all_reduce + self.layer_cost * L + self.b6 * (t.size + n) + self.b7
         )
+
+    def _weight_term(self, weight: float, tokens: float) -> float:
+        """T_weight of an iteration of ``tokens`` tokens: every weight, every expert."""
+        return weight
+
+    @property
+    def layer_cost(self) -> float:
+        """Overhead per layer per iteration, us (b5)."""
+        return self.b5
 
     def arrival_delay_us(self, input_tokens: np.ndarray) -> np.ndarray:
         return np.full(np.shape(input_tokens), float(self.a0))
@@ -444,9 +459,146 @@ class TrainedPhysicsModel(StepTimeModel):
         return self.a2 * np.maximum(out, 1.0) + self.a1 * (out > 0)
 
 
-_KINDS: dict[str, type[StepTimeModel]] = {
-    cls.name: cls for cls in (LinearModel, RooflineModel, TrainedPhysicsModel, BlisRooflineModel)
+#: Coefficients of "vllm-calibrated": ``llmsched-gym calibrate --runs ../shared/real_vllm/runs.json
+#: --start blis-trained-physics`` (a0, b2a, b2b, b3, b4, b5, b6, b7 fitted to the per-stage TTFT and
+#: E2E means of the 15 measured vLLM v0.15.1 runs on H100; docs/validation.md, "Validation against
+#: real vLLM"); b1a, b1b, a1, a2 keep BLIS's values (the runs' prompts hit the prefix cache: no
+#: prefill signal to fit them on).
+VLLM_CALIBRATED = {
+    "b1a": 0.152128, "b1b": 0.0, "b2a": 0.08315347540964581, "b2b": 1.215148848693324,
+    "b3": 1.4856763603115666, "b4": 31.50446584282206, "b5": 12.728985099940504, "b6": 2.9437333124162333,
+    "b7": 36.892296059947476, "a0": 8205.492693573458, "a1": 777.35, "a2": 45.91,
 }
+
+
+class VllmCalibratedModel(TrainedPhysicsModel):
+    """:class:`TrainedPhysicsModel`'s terms with coefficients fitted to measured vLLM runs under
+    their real open-loop arrivals (:data:`VLLM_CALIBRATED`; docs/validation.md). BLIS's own
+    coefficients stay available as ``blis-trained-physics`` for parity runs.
+
+    One term differs: an MoE iteration reads only the routed experts its tokens touch, in
+    expectation E (1 - (1 - k / E)^B) of E experts for B tokens routed to k each (BLIS's
+    roofline uses the same count), besides the attention, dense-layer and shared-expert
+    weights, and the lm_head's (every iteration samples). Dense models: trained-physics's
+    T_weight with the attention at its real size and the lm_head added. ``b5`` applies only
+    at tp > 1 (see :attr:`layer_cost`).
+    """
+
+    name = "vllm-calibrated"
+
+    def __init__(
+        self,
+        hardware: str | dict | Hardware = "H100",
+        model: str | dict | ModelConfig = "qwen3-14b",
+        tp: int = 1,
+        *,
+        b1a: float = VLLM_CALIBRATED["b1a"],
+        b1b: float = VLLM_CALIBRATED["b1b"],
+        b2a: float = VLLM_CALIBRATED["b2a"],
+        b2b: float = VLLM_CALIBRATED["b2b"],
+        b3: float = VLLM_CALIBRATED["b3"],
+        b4: float = VLLM_CALIBRATED["b4"],
+        b5: float = VLLM_CALIBRATED["b5"],
+        b6: float = VLLM_CALIBRATED["b6"],
+        b7: float = VLLM_CALIBRATED["b7"],
+        a0: float = VLLM_CALIBRATED["a0"],
+        a1: float = VLLM_CALIBRATED["a1"],
+        a2: float = VLLM_CALIBRATED["a2"],
+        integer_us: bool = False,
+    ):
+        super().__init__(hardware, model, tp, b1a=b1a, b1b=b1b, b2a=b2a, b2b=b2b, b3=b3, b4=b4, b5=b5, b6=b6,
+                         b7=b7, a0=a0, a1=a1, a2=a2, integer_us=integer_us)
+        self.dense_weight, self.expert_weight, self.experts, self.routed = expert_weight_terms(
+            self.model, self.hardware, self.tp)
+
+    def _weight_term(self, weight: float, tokens: float) -> float:
+        return self.dense_weight + self.expert_weight * touched_experts(self.experts, self.routed, tokens)
+
+    @property
+    def layer_cost(self) -> float:
+        """b5 is the per-layer cost of tensor parallelism (two all-reduces a layer, latency-bound
+        at decode batch sizes): 0 on one GPU, where CUDA graphs leave no per-layer cost."""
+        return self.b5 if self.tp > 1 else 0.0
+
+
+def touched_experts(E: float, k: float, tokens: float) -> float:
+    """Expected distinct experts of E that ``tokens`` tokens, each routed to k, touch."""
+    return E * (1.0 - ((E - k) / E) ** tokens) if E > 0 else 0.0
+
+
+def expert_weight_terms(m: ModelConfig, hw: Hardware, tp: int) -> tuple[float, float, float, float]:
+    """(T_weight of the weights every iteration reads, us; T_weight of one routed expert in
+    every MoE layer, us; routed experts E; experts per token k) for ``vllm-calibrated``.
+
+    Unlike trained-physics's d (2d + 2dKV), the attention projections are counted at their
+    real size (q and o are d x heads x head_dim: Mistral-Nemo's 4,096 columns, not 5,120),
+    and each weight at its width, the lm_head included; dense models have no expert term
+    (0, 0, 0)."""
+    L, d, W = m.layers, float(m.hidden), hw.bytes_per_us
+    routed = m.n_moe_layers * m.num_experts * float(m.ffn)  # MLP width summed over layers
+    attn = L * m.attn_params_per_layer * m.attn_bytes
+    always = attn + 3.0 * d * (L * m.ffn_resident_width - routed) * m.mlp_bytes + m.lm_head_params * m.dtype_bytes
+    if not m.is_moe:
+        return always / tp / W, 0.0, 0.0, 0.0
+    per_expert = m.n_moe_layers * 3.0 * d * m.ffn * m.mlp_bytes / tp / W
+    return always / tp / W, per_expert, float(m.num_experts), float(m.experts_per_token)
+
+
+def roofline_weight_bytes(m: ModelConfig) -> float:
+    """Bytes of every weight the roofline streams per iteration (all experts, lm_head)."""
+    if m.uniform:
+        return (m.layer_total_params + m.lm_head_params) * m.dtype_bytes
+    return m.weight_bytes() + m.lm_head_params * m.dtype_bytes
+
+
+def trained_physics_mlp_weight(m: ModelConfig, hw: Hardware, tp: int) -> tuple[float, float]:
+    """(MLP FLOPs per token per layer, T_weight in us) of the trained-physics model.
+
+    A uniform model (every layer alike, one weight width) keeps BLIS's expressions as
+    written, so its numbers stay bit-identical; otherwise the MLP width is averaged over
+    layers (routed experts x expert width + shared experts in MoE layers, ``dense_ffn`` in
+    dense ones) and each weight is priced at its own width (FP8 experts: 1 byte).
+    """
+    L, d, dff = m.layers, float(m.hidden), float(m.ffn)
+    dkv = float(m.kv_heads * m.head_dim)
+    if m.uniform:
+        mlp = max(m.experts_per_token, 1) * 6.0 * d * dff  # routed experts each token runs
+        weight = L * (d * (2 * d + 2 * dkv) + max(m.num_experts, 1) * 3 * d * dff) * m.dtype_bytes / tp / hw.bytes_per_us
+        return mlp, weight
+    mlp = 6.0 * d * m.ffn_active_width
+    weight = (L * (d * (2 * d + 2 * dkv) * m.attn_bytes + 3 * d * m.ffn_resident_width * m.mlp_bytes)
+              / tp / hw.bytes_per_us)
+    return mlp, weight
+
+
+_KINDS: dict[str, type[StepTimeModel]] = {
+    cls.name: cls for cls in (LinearModel, RooflineModel, TrainedPhysicsModel, BlisRooflineModel, VllmCalibratedModel)
+}
+
+
+def load_latency_file(path: str | Path) -> tuple[str, dict]:
+    """(kind, coefficients) of a latency-model file: JSON ``{"kind": ..., "params": {...}}``
+    (``llmsched-gym calibrate`` writes one, with its fit report beside).
+
+    Raises:
+        ConfigError: unreadable file, unknown kind, or a coefficient the kind lacks.
+    """
+    try:
+        d = json.loads(Path(path).expanduser().read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"latency-model file {path}: not a readable JSON file ({type(e).__name__})") from None
+    if not isinstance(d, dict) or d.get("kind") not in _KINDS or not isinstance(d.get("params", {}), dict):
+        got = d.get("kind") if isinstance(d, dict) else None
+        raise ConfigError(f"latency-model file {path}: kind={got!r} is invalid; allowed: {', '.join(_KINDS)} "
+                          "(and params: a mapping of coefficients)")
+    params = d.get("params", {})
+    allowed = _overridable(_KINDS[d["kind"]])
+    bad = sorted(k for k, v in params.items() if k not in allowed or isinstance(v, bool)
+                 or not isinstance(v, (int, float)) or not np.isfinite(v))
+    if bad:
+        raise ConfigError(f"latency-model file {path}: params {bad} are not finite numbers of {d['kind']}; "
+                          f"allowed: {', '.join(allowed)}")
+    return d["kind"], dict(params)
 
 
 @functools.cache
@@ -479,8 +631,13 @@ def make_latency_model(
             (model, hardware, tp) combination; messages list what is allowed.
     """
     cls = _KINDS.get(kind)
+    if cls is None and isinstance(kind, str) and Path(kind).expanduser().is_file():
+        kind, params = load_latency_file(kind)
+        overrides = {**params, **overrides}
+        cls = _KINDS[kind]
     if cls is None:
-        raise ConfigError(f"latency model kind={kind!r} is not known; allowed: {', '.join(_KINDS)}")
+        raise ConfigError(f"latency model kind={kind!r} is not known; allowed: {', '.join(_KINDS)}, or the path "
+                          "of a latency-model file (llmsched-gym calibrate)")
     allowed = _overridable(cls)
     unknown = sorted(set(overrides) - set(allowed))
     if unknown:

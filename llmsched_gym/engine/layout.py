@@ -32,7 +32,7 @@ PD_AGGREGATED, PD_PREFILL, PD_TRANSFER, PD_ARRIVED, PD_DECODE = range(5)
 PD_DECIDE_ALWAYS, PD_DECIDE_LLMD, PD_DECIDE_DYNAMO = range(3)
 
 # Outcomes (same codes as llmsched_gym.engine.requests).
-IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED = range(6)
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED, TIMED_OUT = range(7)
 
 #: Decode iterations planned at once (bounds the per-instance segment buffer). A shorter
 #: cap would not change any iteration, but the extra segment ends are events at which a

@@ -10,9 +10,10 @@ from ..workloads.workload import Workload
 
 # Outcome codes (docs/architecture.md). IN_FLIGHT covers every request not yet in a final state.
 # EVICTED: dispatched, then revoked by the gateway's demand-driven eviction (llm-d).
-IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED = 0, 1, 2, 3, 4, 5
+# TIMED_OUT: its client gave up (GatewayConfig.client_timeout_s) before the last token.
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED, TIMED_OUT = 0, 1, 2, 3, 4, 5, 6
 OUTCOME_NAMES = {IN_FLIGHT: "in_flight", FINISHED: "finished", REJECTED: "rejected",
-                 EXPIRED: "expired", DROPPED: "dropped", EVICTED: "evicted"}
+                 EXPIRED: "expired", DROPPED: "dropped", EVICTED: "evicted", TIMED_OUT: "timed_out"}
 
 
 class RequestTable:
@@ -100,7 +101,7 @@ def request_records(table: RequestTable, now: float | None = None) -> dict[str, 
     """
     ttft = table.first_token_t - table.arrival
     no_first = np.isnan(table.first_token_t)
-    gave_up = no_first & ((table.outcome == EXPIRED) | (table.outcome == EVICTED))
+    gave_up = no_first & ((table.outcome == EXPIRED) | (table.outcome == EVICTED) | (table.outcome == TIMED_OUT))
     wait = np.where(gave_up, table.end_t - table.arrival, np.nan)
     if now is not None:
         waiting = no_first & (table.outcome == IN_FLIGHT) & (table.arrival <= now)

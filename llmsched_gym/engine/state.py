@@ -21,6 +21,7 @@ from . import kernel
 from .config import EVICTION_ORDERS, PREEMPTION_MODES
 from .fields import ENTITIES, POLICY_ROWS, RECORDS, SELF, SPACES, ClusterSlot, Rows, constants, pointer_rows
 from .layout import (
+    CF_ASYNC_LAG,
     CF_DISP_INT,
     CF_EVICT_GRACE,
     CF_EXP_OUT,
@@ -33,6 +34,7 @@ from .layout import (
     CF_SAT_QUEUE,
     CF_SAT_STALE,
     CF_SCRAPE_INT,
+    CF_TIMEOUT,
     CF_TTL,
     CF_XFER_LAT,
     CF_XFER_US,
@@ -222,6 +224,7 @@ class ClusterInputs:
     kv_latency_s: float = 0.0  # and seconds per transfer
     eviction: object = None  # llmsched_gym.gateway.eviction.EvictionConfig (None: off)
     instance_latency: tuple | None = None  # one StepTimeModel per instance, of one kind (None: `latency` for all)
+    client_timeout_s: float = np.inf  # clients abort a request this long after its arrival
     units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
@@ -528,6 +531,7 @@ class EngineState:
         cf[CF_HORIZON, c] = x.horizon_s
         cf[CF_SCRAPE_INT, c], cf[CF_TTL, c], cf[CF_DISP_INT, c] = x.scrape_interval_s, x.ttl_s, x.dispatch_interval_s
         cf[CF_FT_DELAY, c] = x.latency.first_token_delay_us * 1e-6
+        cf[CF_ASYNC_LAG, c] = 1.0 if x.engine.async_scheduling else 0.0
         cf[CF_EXP_OUT, c] = x.expected_output
         sat = x.saturation
         ci[CI_SAT_KIND, c] = (SAT_UTILIZATION if sat.kind == "utilization" else
@@ -538,6 +542,7 @@ class EngineState:
         ev = x.eviction
         ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
         cf[CF_EVICT_GRACE, c] = 0.0 if ev is None else ev.confirmation_grace_s
+        cf[CF_TIMEOUT, c] = x.client_timeout_s
         self.rngs[c] = x.rng
         self.sources[c] = x
         x.units = None  # the slot holds what it needs (~10 MB on a 16-instance chatbot); recomputed if asked

@@ -13,10 +13,20 @@ import numpy as np
 from numba import njit
 
 from ..errors import ConfigError
-from .latency import BlisRooflineModel, LinearModel, RooflineModel, StepTimeModel, TrainedPhysicsModel
+from .latency import (
+    BlisRooflineModel,
+    LinearModel,
+    RooflineModel,
+    StepTimeModel,
+    TrainedPhysicsModel,
+    VllmCalibratedModel,
+    expert_weight_terms,
+    roofline_weight_bytes,
+    trained_physics_mlp_weight,
+)
 
-LINEAR, ROOFLINE, BLIS_ROOFLINE, TRAINED_PHYSICS = 0, 1, 2, 3
-N_PARAMS = 18
+LINEAR, ROOFLINE, BLIS_ROOFLINE, TRAINED_PHYSICS, VLLM_CALIBRATED = 0, 1, 2, 3, 4
+N_PARAMS = 22
 
 
 def lower(model: StepTimeModel) -> tuple[int, np.ndarray]:
@@ -54,7 +64,7 @@ def lower(model: StepTimeModel) -> tuple[int, np.ndarray]:
         p[2] = 2.0 * m.lm_head_params
         p[3] = hw.flops_per_us * model.mfu_prefill
         p[4] = hw.flops_per_us * model.mfu_decode
-        p[5] = float(True * (m.layer_total_params + m.lm_head_params) * m.dtype_bytes)
+        p[5] = float(True * roofline_weight_bytes(m))
         p[6] = float(m.kv_bytes_per_token)
         p[7] = hw.bytes_per_us
         p[8] = float(model.tp)
@@ -62,15 +72,15 @@ def lower(model: StepTimeModel) -> tuple[int, np.ndarray]:
         return ROOFLINE, p
     if isinstance(model, TrainedPhysicsModel):
         tp = model.tp
-        L, d, dh, dff = m.layers, float(m.hidden), float(m.head_dim), float(m.ffn)
+        L, d, dh = m.layers, float(m.hidden), float(m.head_dim)
         dkv = float(m.kv_heads * m.head_dim)
         proj = 2.0 * d * (2 * d + 2 * dkv)
-        mlp = max(m.experts_per_token, 1) * 6.0 * d * dff
+        mlp, weight = trained_physics_mlp_weight(m, hw, tp)
         p[0] = float(L)
         p[1] = proj + mlp
         p[2] = L * 4 * (m.heads / tp) * dh  # attention per pair
-        p[3] = L * 2 * dkv / tp  # KV bytes factor
-        p[4] = L * (d * (2 * d + 2 * dkv) + max(m.num_experts, 1) * 3 * d * dff) * 2 / tp / hw.bytes_per_us
+        p[3] = L * 2 * dkv / tp * (m.kv_bytes / 2)  # KV bytes factor (the kernel's x 2: BF16)
+        p[4] = weight
         p[5] = float(tp)
         p[6] = hw.flops_per_us
         p[7] = hw.bytes_per_us
@@ -78,8 +88,11 @@ def lower(model: StepTimeModel) -> tuple[int, np.ndarray]:
         p[9:13] = model.b1a, model.b1b, model.b2a, model.b2b
         p[13] = model.b3
         p[14] = model.b4
-        p[15] = model.b5 * L
+        p[15] = model.layer_cost * L
         p[16], p[17] = model.b6, model.b7
+        if isinstance(model, VllmCalibratedModel):  # T_weight from the experts a step touches
+            p[18:22] = expert_weight_terms(m, hw, tp)
+            return VLLM_CALIBRATED, p
         return TRAINED_PHYSICS, p
     raise ConfigError(f"step-time model {type(model).__name__!r} has no compiled form; "
                       "use one of linear, roofline, blis-roofline, blis-trained-physics")
@@ -120,14 +133,18 @@ def step_us(kind, p, integer_us, n_pf, sum_t, pairs_pf, past_pf, n_dec, ctx):
         memory = (weights + dyn) / p[13]
         step = max(compute, memory) / p[14]
         s = (step if new_tokens > 0 else 0.0) + p[15]
-    else:  # TRAINED_PHYSICS
+    else:  # TRAINED_PHYSICS, VLLM_CALIBRATED (T_weight: the experts the step's tokens touch)
+        weight = p[4]
+        if kind == VLLM_CALIBRATED:
+            E, k, B = p[20], p[21], sum_t + n_dec
+            weight = p[18] + p[19] * (E * (1.0 - ((E - k) / E) ** B) if E > 0 else 0.0)
         L, tp, F, W = p[0], p[5], p[6], p[7]
         pf_compute = (L * sum_t * p[1] / tp + p[2] * pairs_pf) / F
         pf_kv = p[3] * sum_t * 2 / W
         dc_compute = (L * n_dec * p[1] / tp + p[2] * ctx) / F
         dc_kv = p[3] * 2 * (ctx + n_dec) / W
         all_reduce = 2 * L * (sum_t + n_dec) * p[8] * 2 * 2 * (tp - 1) / tp / W
-        s = (p[9] * pf_compute + p[10] * pf_kv + p[11] * dc_compute + p[12] * dc_kv + p[13] * p[4]
+        s = (p[9] * pf_compute + p[10] * pf_kv + p[11] * dc_compute + p[12] * dc_kv + p[13] * weight
              + p[14] * all_reduce + p[15] + p[16] * (n_pf + n_dec) + p[17])
     if integer_us:
         return max(np.floor(s), 1.0)
@@ -141,7 +158,7 @@ def prefill_terms(kind, t, s, past):
     ``t`` new tokens of a prompt whose computed length will be ``s``; ``past`` tokens
     already in KV (BLIS's roofline reads it; the others derive it as ``s - t``).
     """
-    if kind == TRAINED_PHYSICS:
+    if kind == TRAINED_PHYSICS or kind == VLLM_CALIBRATED:
         return t * (s + t / 2), 0.0
     if kind == ROOFLINE:
         pst = max(s - t, 0.0)

@@ -235,6 +235,11 @@ def _cell_result(task: dict, sim) -> dict:
         "flow_control": sim.flow.name if sim.flow else None,
     }
     out = {"classes": s["classes"], "cell": cell}
+    if getattr(sc, "profile", None) is not None:  # an inference-perf run: its stages as rows too
+        from .metrics import run_windows, summarize_windows
+
+        prof = sc.profile.scaled(sc.target_qps() / sc.base_rate())  # the stages as run at the cell's rate
+        out["classes"] = {**s["classes"], **summarize_windows(sim, *run_windows(sim, prof))}
     if task.get("samples"):
         rec = request_records(t, sim.now)
         out["samples"] = {"ttft": rec["ttft_or_wait"].astype(np.float32), "tpot": rec["tpot"].astype(np.float32),
@@ -860,6 +865,8 @@ def scenario_classes(sc) -> list[str]:
             prios = {0, -1}
         else:
             prios = {int(p) for p in np.unique(sc.trace.load().priority)}
+    elif getattr(sc, "profile", None) is not None:  # an inference-perf run: one class, then its stages
+        return [class_name(0)] + [f"stage{k + 1}" for k in range(len(sc.profile.stages))] + ["all"]
     else:
         prios = {int(c.priority) for spec in sc.specs for c in spec.classes}
     return [class_name(p) for p in sorted(prios, reverse=True)] + ["all"]

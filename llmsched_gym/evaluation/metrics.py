@@ -140,6 +140,42 @@ def summarize(sim) -> dict:
     }
 
 
+def summarize_windows(sim, windows: list[tuple[float, float]], names: list[str] | None = None) -> dict:
+    """Metrics of the requests arriving in each window ``[start, end)`` of seconds (the last
+    one closed): ``{name: summarize_class(...) + start_s, end_s}``, names ``w1, w2, ...``
+    unless given. Each window is summarized over all its arrivals, like a class (rates
+    over its own arrival span)."""
+    table = sim.table
+    arrived = np.arange(table.n) < sim.arrived
+    rec = request_records(table, sim.now)
+    out = {}
+    for k, (lo, hi) in enumerate(windows):
+        inside = (table.arrival >= lo) & ((table.arrival < hi) | ((table.arrival == hi) & (k == len(windows) - 1)))
+        mask = arrived & inside
+        span = arrival_window(np.sort(table.arrival[mask]), sim.now)
+        row = summarize_class(table, mask, span, rec=rec)
+        row.update(start_s=float(lo), end_s=float(hi))
+        out[names[k] if names else f"w{k + 1}"] = row
+    return out
+
+
+def run_windows(sim, profile=None, window_s: float | None = None) -> tuple[list[tuple[float, float]], list[str]]:
+    """The windows a run is reported by: the stages of the inference-perf profile that
+    generated its workload (``stage1``...), else fixed windows of ``window_s`` seconds over
+    the arrivals (``w1``...); none without either."""
+    if profile is not None:
+        wins = profile.stage_bounds(sim.workload.arrival_s)
+        return wins, [f"stage{k + 1}" for k in range(len(wins))]
+    if not window_s:
+        return [], []
+    arr = sim.workload.arrival_s
+    if not len(arr):
+        return [], []
+    n = max(int(np.ceil((arr[-1] - arr[0]) / window_s)), 1)
+    wins = [(arr[0] + k * window_s, arr[0] + (k + 1) * window_s) for k in range(n)]
+    return wins, [f"w{k + 1}" for k in range(n)]
+
+
 class LazySummary(Mapping):
     """:func:`summarize` of a simulation as it is now, computed when first read.
 

@@ -1,0 +1,90 @@
+"""Validation against real vLLM: every measured run of ``../shared/real_vllm/runs.json`` simulated
+through the public interface (docs/validation.md, "Validation against real vLLM").
+
+Per run and metric, the absolute percentage error (APE) of:
+  blis-tp      this simulator with BLIS's trained-physics coefficients (``blis-trained-physics``),
+  calibrated   the shipped ``vllm-calibrated`` coefficients (fitted on all the runs: in-sample),
+  lomo         coefficients from ``calibrate`` fitted on the runs of the OTHER models only
+               (leave-one-model-out, started from BLIS's coefficients),
+  BLIS         BLIS's own prediction for the run, as its authors published it (in-sample for BLIS),
+then the median and mean APE (MAPE) of each metric over the runs.
+
+    PYTHONPATH=. python benchmarks/real_vllm.py [--runs ../shared/real_vllm/runs.json] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from llmsched_gym.calibration import FIT_PARAMS, ape, calibrate, load_runs, simulate_run, start_params
+
+ROOT = Path(__file__).resolve().parents[1]
+#: BLIS's names of its whole-run predictions.
+BLIS_KEYS = {"ttft_mean": "ttft_mean_ms", "ttft_p90": "ttft_p90_ms", "ttft_p99": "ttft_p99_ms",
+             "e2e_mean": "e2e_mean_ms", "e2e_p90": "e2e_p90_ms", "e2e_p99": "e2e_p99_ms"}
+SHOWN = ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99", "itl_mean_nominal")
+
+
+def model_of(run) -> str:
+    return run.model["name"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default=str(ROOT.parent / "shared" / "real_vllm" / "runs.json"))
+    ap.add_argument("--json", help="write every number of the tables to this file")
+    ap.add_argument("--iterations", type=int, default=12)
+    args = ap.parse_args()
+    runs = load_runs(args.runs)
+    t0 = time.time()
+    apes = {k: {} for k in ("blis-tp", "calibrated", "lomo", "BLIS")}
+    sims, lomo_params = {}, {}
+    for run in runs:
+        for col, kind in (("blis-tp", "blis-trained-physics"), ("calibrated", "vllm-calibrated")):
+            got = simulate_run(run, kind)["whole"]
+            sims.setdefault(run.key, {})[col] = got
+            apes[col][run.key] = {m: ape(got[m], run.whole[m]) for m in SHOWN if m in run.whole}
+        apes["BLIS"][run.key] = {m: ape(run.blis[k], run.whole[m]) for m, k in BLIS_KEYS.items()} if run.blis else {}
+    for model in sorted({model_of(r) for r in runs}):
+        fit_runs = [r for r in runs if model_of(r) != model]
+        params = calibrate(fit_runs, base="vllm-calibrated", base_params=start_params("blis-trained-physics"), fit=FIT_PARAMS,
+                           iterations=args.iterations)
+        lomo_params[model] = params
+        for run in runs:
+            if model_of(run) == model:
+                got = simulate_run(run, "vllm-calibrated", params)["whole"]
+                sims[run.key]["lomo"] = got
+                apes["lomo"][run.key] = {m: ape(got[m], run.whole[m]) for m in SHOWN if m in run.whole}
+        print(f"held out {model}: fitted on {len(fit_runs)} runs ({time.time() - t0:.0f} s)", flush=True)
+
+    print(f"\nAPE per run, % (blis-tp / calibrated / lomo / BLIS's own); {len(runs)} runs")
+    print(f"{'run':46s} " + " ".join(f"{m:>27s}" for m in ("ttft_mean", "e2e_mean", "itl_mean_nominal")))
+    for run in runs:
+        cells = []
+        for m in ("ttft_mean", "e2e_mean", "itl_mean_nominal"):
+            vals = [apes[c][run.key].get(m) for c in ("blis-tp", "calibrated", "lomo", "BLIS")]
+            cells.append("/".join(f"{v:.0f}" if v is not None else "-" for v in vals).rjust(27))
+        print(f"{run.key[:46]:46s} " + " ".join(cells))
+    print("\nMAPE over the runs, % (median / mean)")
+    summary = {}
+    print(f"{'metric':18s} " + " ".join(f"{c:>16s}" for c in apes))
+    for m in SHOWN:
+        row = []
+        for col, per_run in apes.items():
+            v = [a[m] for a in per_run.values() if m in a]
+            summary.setdefault(col, {})[m] = {"median": float(np.median(v)), "mean": float(np.mean(v))} if v else None
+            row.append(f"{np.median(v):7.1f} /{np.mean(v):7.1f}" if v else f"{'-':>16s}")
+        print(f"{m:18s} " + " ".join(f"{x:>16s}" for x in row))
+    print(f"\n{time.time() - t0:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"ape_pct": apes, "mape_pct": summary, "sim_ms": sims,
+                                               "lomo_params": lomo_params}, indent=1, default=float))
+
+
+if __name__ == "__main__":
+    main()

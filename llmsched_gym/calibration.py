@@ -1,0 +1,377 @@
+"""Measured vLLM runs as scenarios, and step-time coefficients fitted to them (docs/validation.md).
+
+A *measured run* is one inference-perf run against one vLLM instance, described as in
+``runs.json`` of the real-vLLM set: the model's ``config.json``, the GPU, TP, vLLM's
+limits (``max_num_seqs``, ``max_num_batched_tokens``, ``block_size``,
+``gpu_memory_utilization``, ``total_kv_blocks``), the shared-prefix workload, the load
+stages, and per stage the client's measured statistics (milliseconds). :func:`run_scenario`
+turns one into a :class:`~llmsched_gym.scenarios.Scenario` (public interface only);
+:func:`simulate_run` simulates it and returns per-stage statistics in the same units.
+
+:func:`calibrate` fits the coefficients of a trained-physics step-time model to the
+per-stage means of a set of runs, under the runs' own open-loop arrivals:
+Levenberg-Marquardt on log errors (Huber loss), with the Jacobian taken by finite
+differences (each coefficient perturbed by 5%) over simulations of the runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import ConfigError
+
+#: Statistics compared, as named in the measured runs (ms).
+METRICS = ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99", "itl_mean_nominal")
+#: The coefficients fitted by default (the others keep the base model's values).
+FIT_PARAMS = ("a0", "b2a", "b2b", "b3", "b4", "b5", "b6", "b7")
+
+
+@dataclass
+class MeasuredRun:
+    """One measured run (see the module docstring); ``stages``: ``[(rate, duration_s,
+    {metric: ms})]``; ``whole``: the whole-run statistics; ``blis``: BLIS's whole-run
+    prediction (ms) where the file has it."""
+
+    key: str
+    model: dict
+    hardware: str | dict
+    tp: int
+    vllm: dict
+    workload: dict
+    stages: list
+    whole: dict
+    blis: dict | None = None
+
+
+def load_runs(path: str | Path) -> list[MeasuredRun]:
+    """The runs of a ``runs.json`` (model configs resolved relative to its folder).
+
+    Raises:
+        ConfigError: unreadable file or a run missing a field (named).
+    """
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"measured runs {p}: not a readable JSON file ({type(e).__name__})") from None
+    hardware = d.get("hardware", {}) if isinstance(d, dict) else {}
+    runs = d.get("runs") if isinstance(d, dict) else d
+    if not isinstance(runs, list) or not runs:
+        raise ConfigError(f"measured runs {p}: no 'runs' list")
+    out = []
+    for i, r in enumerate(runs):
+        where = f"{p}: runs[{i}]"
+        for k in ("key", "model_config", "hardware", "tp", "vllm", "workload", "stages"):
+            if k not in r:
+                raise ConfigError(f"{where}: missing field {k!r}")
+        cfg = (p.parent / r["model_config"]).resolve()
+        model = {"config": str(cfg), "name": r.get("model", cfg.parent.name)}
+        hw = r["hardware"]
+        if isinstance(hw, str) and hw in hardware and not _is_preset(hw):
+            hw = {"name": hw, "peak_tflops": hardware[hw]["TFlopsPeak"], "hbm_tbps": hardware[hw]["BwPeakTBs"],
+                  "memory_gib": hardware[hw]["MemoryGiB"]}
+        stages = [(float(s["rate"]), float(s["duration_s"]), dict(s.get("measured", {}))) for s in r["stages"]]
+        out.append(MeasuredRun(r["key"], model, hw, int(r["tp"]), dict(r["vllm"]), dict(r["workload"]), stages,
+                               dict(r.get("whole_run_measured", {})), r.get("blis_trained_physics_prediction")))
+    return out
+
+
+def _is_preset(name: str) -> bool:
+    from .engine.hardware import get_hardware
+
+    try:
+        get_hardware(name)
+        return True
+    except ConfigError:
+        return False
+
+
+def async_scheduling_of(vllm: dict) -> bool:
+    """Whether a run's vLLM scheduled asynchronously: ``async_scheduling`` if the run says,
+    else vLLM's default, on from v0.14 (January 2026) and off before."""
+    if "async_scheduling" in vllm:
+        return bool(vllm["async_scheduling"])
+    try:
+        major, minor = (int(x) for x in str(vllm.get("version", "0.0")).split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (0, 14)
+
+
+def run_scenario(run: MeasuredRun, latency_model: str = "vllm-calibrated", latency_params: dict | None = None):
+    """The :class:`~llmsched_gym.scenarios.Scenario` of a measured run: one instance with the
+    run's limits, KV blocks (the server's log; else from ``gpu_memory_utilization``) and
+    scheduling mode (:func:`async_scheduling_of`), the inference-perf profile as the workload."""
+    from .scenarios import scenario_from_dict
+
+    v, w = run.vllm, run.workload
+    cluster = {"instances": 1, "hardware": run.hardware, "model": run.model, "tp": run.tp,
+               "latency_model": latency_model, "latency_params": dict(latency_params or {}),
+               "gpu_memory_utilization": float(v.get("gpu_memory_utilization", 0.9)),
+               "engine": {"max_num_seqs": int(v["max_num_seqs"]), "max_num_batched_tokens": int(v["max_num_batched_tokens"]),
+                          "block_size": int(v.get("block_size", 16)), "max_model_len": v.get("max_model_len"),
+                          "async_scheduling": async_scheduling_of(v)}}
+    if v.get("total_kv_blocks"):
+        cluster["kv_blocks"] = int(v["total_kv_blocks"])
+    profile = {"num_unique_system_prompts": w["num_unique_system_prompts"],
+               "num_users_per_system_prompt": w["num_users_per_system_prompt"],
+               "system_prompt_len": w["system_prompt_len"], "question_len": w["question_len"],
+               "output_len": w["output_len"], "enable_multi_turn_chat": bool(w.get("enable_multi_turn_chat", False)),
+               "load_type": w.get("load_type", "constant"), "name": run.key,
+               "stages": [{"rate": r, "duration": t} for r, t, _ in run.stages]}
+    return scenario_from_dict({"name": "measured-run", "cluster": cluster, "workload": {"inference_perf": profile},
+                               "gateway": {"router": "round-robin"}}, f"run {run.key}")
+
+
+def stage_stats(sim, windows: list[tuple[float, float]]) -> list[dict]:
+    """Per arrival window: requests, finished, and the client-side statistics of
+    :data:`METRICS` over its finished requests (ms); ``itl_mean_nominal`` as the measured
+    runs define it, (E2E mean - TTFT mean) / (output tokens mean - 1)."""
+    t = sim.table
+    fin = t.outcome == 1  # FINISHED
+    ttft = (t.first_token_t - t.arrival) * 1e3
+    e2e = (t.finish_t - t.arrival) * 1e3
+    out = []
+    for k, (lo, hi) in enumerate(windows):  # [lo, hi), the last one closed
+        m = (t.arrival >= lo) & ((t.arrival < hi) | ((t.arrival == hi) & (k == len(windows) - 1)))
+        f = m & fin
+        row = {"requests": int(m.sum()), "finished": int(f.sum())}
+        if f.any():
+            for name, x in (("ttft", ttft[f]), ("e2e", e2e[f])):
+                p90, p99 = np.percentile(x, [90, 99])
+                row.update({f"{name}_mean": float(x.mean()), f"{name}_p90": float(p90), f"{name}_p99": float(p99)})
+            out_mean = float(t.output[f].mean())
+            row["itl_mean_nominal"] = (row["e2e_mean"] - row["ttft_mean"]) / max(out_mean - 1, 1.0)
+        else:
+            row.update({k: float("nan") for k in METRICS})
+        out.append(row)
+    return out
+
+
+def simulate_run(run: MeasuredRun, latency_model: str = "vllm-calibrated", latency_params: dict | None = None,
+                 seed: int = 0, max_stage_s: float | None = None) -> dict:
+    """Simulate a measured run: ``{"stages": [per-stage stats], "whole": stats}`` (ms).
+
+    ``max_stage_s`` keeps only each stage's first seconds (faster fits; a stage's means
+    settle within a minute when the server keeps up).
+    """
+    from .workloads.inference_perf import InferencePerfProfile
+
+    sc = run_scenario(run, latency_model, latency_params)
+    prof: InferencePerfProfile = sc.profile
+    if max_stage_s is not None:
+        prof = InferencePerfProfile.from_dict({**prof.to_dict(), "stages": [
+            {"rate": r, "duration": min(t, max_stage_s)} for r, t in prof.stages]})
+        sc.workload = prof
+    sim = sc.simulator(seed)
+    sim.run()
+    windows = prof.stage_bounds(sim.workload.arrival_s)
+    return {"stages": stage_stats(sim, windows), "whole": stage_stats(sim, [(-np.inf, np.inf)])[0]}
+
+
+def _targets(run: MeasuredRun, metrics) -> list[tuple[int, str, float]]:
+    return [(k, m, float(st[m])) for k, (_, _, st) in enumerate(run.stages) for m in metrics
+            if m in st and st[m] and np.isfinite(st[m])]
+
+
+def ape(sim: float, real: float) -> float:
+    """Absolute percentage error, %."""
+    return abs(sim - real) / abs(real) * 100.0
+
+
+def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_params: dict | None = None,
+              fit: tuple[str, ...] = FIT_PARAMS, metrics: tuple[str, ...] = ("ttft_mean", "e2e_mean"),
+              iterations: int = 12, max_stage_s: float | None = None, seed: int = 0, huber: float = 0.1,
+              log=None) -> dict:
+    """Fit ``fit`` coefficients of the ``base`` trained-physics model to the per-stage
+    ``metrics`` of ``runs``; returns the fitted coefficients (all of the model's, as
+    ``{name: value}``) and the last per-run errors.
+
+    Each coefficient is fitted as the log of its ratio to the base value (so it stays
+    residuals are log(sim / measured) per (run, stage, metric), each run
+    weighted equally, under a Huber loss (quadratic up to ``huber``, 0.1 = ~10%, linear
+    beyond: one run the model cannot explain does not drag every other). A step that does
+    not lower the cost is retried with more damping (Levenberg-Marquardt).
+    """
+    from .engine.latency import _KINDS, _overridable
+
+    cls = _KINDS.get(base)
+    if cls is None or not issubclass(cls, _KINDS["blis-trained-physics"]):
+        raise ConfigError(f"calibrate: base={base!r} is invalid; allowed: blis-trained-physics, vllm-calibrated")
+    import inspect
+
+    defaults = {p.name: p.default for p in inspect.signature(cls.__init__).parameters.values()
+                if p.name in _overridable(cls) and p.name != "integer_us"}
+    start = {**defaults, **(base_params or {})}
+    bad = [p for p in fit if p not in defaults]
+    if bad:
+        raise ConfigError(f"calibrate: coefficients {bad} are not known; allowed: {', '.join(defaults)}")
+    ref = {p: (start[p] if start[p] > 0 else 1.0) for p in fit}
+    theta = np.array([math.log(start[p] / ref[p]) if start[p] > 0 else 0.0 for p in fit])
+
+    def params_of(th):
+        return {**start, **{p: ref[p] * math.exp(x) for p, x in zip(fit, th)}}
+
+    def residuals(th):
+        res, weights = [], []
+        params = params_of(th)
+        for run in runs:
+            got = simulate_run(run, base, params, seed=seed, max_stage_s=max_stage_s)["stages"]
+            tg = _targets(run, metrics)
+            w = 1.0 / math.sqrt(max(len(tg), 1))
+            for k, m, real in tg:
+                sim = got[k].get(m, float("nan"))
+                res.append(math.log(sim / real) if sim > 0 and np.isfinite(sim) else 5.0)
+                weights.append(w)
+        res = np.array(res)
+        big = np.abs(res) > huber  # Huber's pseudo-residual: same loss, least-squares form
+        res[big] = np.sign(res[big]) * np.sqrt(2 * huber * np.abs(res[big]) - huber ** 2)
+        return np.array(weights) * res
+
+    r = residuals(theta)
+    cost = float(r @ r)
+    lam = None
+    for it in range(iterations):
+        h = 0.05  # above the noise of a mean over a few hundred requests
+        J = np.empty((len(r), len(theta)))
+        for j in range(len(theta)):
+            th = theta.copy()
+            th[j] += h
+            J[:, j] = (residuals(th) - r) / h
+        JtJ, g = J.T @ J, J.T @ r
+        scale = np.diag(JtJ) + 1e-12  # Marquardt: damping scaled per coefficient
+        lam = 1e-2 if lam is None else lam
+        for _ in range(8):  # Levenberg-Marquardt: shrink the step (raise the damping) until it helps
+            step = np.clip(-np.linalg.solve(JtJ + lam * np.diag(scale), g), -1.0, 1.0)  # at most x e
+            r_new = residuals(theta + step)
+            c_new = float(r_new @ r_new)
+            if c_new < cost:
+                lam = max(lam / 4, 1e-6)
+                break
+            lam *= 4
+        else:
+            break
+        theta, r, cost = theta + step, r_new, c_new
+        if log:
+            log(f"iteration {it + 1}: cost {cost:.6f}, " + ", ".join(f"{p}={v:.4g}" for p, v in params_of(theta).items() if p in fit))
+        if np.abs(step).max() < 1e-4:
+            break
+    return params_of(theta)
+
+
+def errors(runs: list[MeasuredRun], latency_model: str, params: dict | None = None, seed: int = 0,
+           max_stage_s: float | None = None) -> list[dict]:
+    """Per run: the simulated whole-run statistics and the absolute percentage error of
+    each of :data:`METRICS` against the measured ones."""
+    out = []
+    for run in runs:
+        got = simulate_run(run, latency_model, params, seed=seed, max_stage_s=max_stage_s)
+        row = {"key": run.key, "sim": got["whole"], "stages": got["stages"], "ape": {}}
+        for m in METRICS:
+            real = run.whole.get(m)
+            if real and np.isfinite(got["whole"].get(m, float("nan"))):
+                row["ape"][m] = ape(got["whole"][m], real)
+        out.append(row)
+    return out
+
+
+def write_latency_file(path: str | Path, kind: str, params: dict, report: dict) -> None:
+    """A latency-model file (``--latency-model FILE``): kind, coefficients, and the fit's report."""
+    from .validation import atomic_write_text
+
+    atomic_write_text(path, json.dumps({"kind": kind, "params": params, "fit": report}, indent=2, default=float))
+
+
+
+# ====================================================================== command line
+def start_params(spec: str | None) -> dict:
+    """Initial coefficients of a fit: a trained-physics kind's defaults (``blis-trained-physics``,
+    ``vllm-calibrated``) or a latency-model file's; None: none (the base's defaults)."""
+    import inspect
+    from pathlib import Path as _P
+
+    from .engine.latency import _KINDS, load_latency_file
+
+    if spec is None:
+        return {}
+    if spec in _KINDS and issubclass(_KINDS[spec], _KINDS["blis-trained-physics"]):
+        return {p.name: p.default for p in inspect.signature(_KINDS[spec].__init__).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "integer_us"}
+    if _P(spec).is_file():
+        return load_latency_file(spec)[1]
+    raise ConfigError(f"--start {spec!r} is invalid; give blis-trained-physics, vllm-calibrated or a latency-model file")
+
+
+def _model_of(run: MeasuredRun) -> str:
+    return str(run.model.get("name", run.model.get("config")))
+
+
+def _error_rows(rows: list[dict], held: set[str]) -> list[dict]:
+    return [{"key": r["key"], "held_out": r["key"] in held, **{m: r["ape"].get(m) for m in METRICS}} for r in rows]
+
+
+def cmd_calibrate(args) -> int:
+    from .validation import check_output_file
+
+    check_output_file("--out", args.out)
+    runs = load_runs(args.runs)
+    held_models = set(args.holdout_model or [])
+    known = {_model_of(r) for r in runs}
+    unknown = sorted(held_models - known)
+    if unknown:
+        raise ConfigError(f"--holdout-model {unknown[0]!r} is not a model of {args.runs}; models: {', '.join(sorted(known))}")
+    fit_runs = [r for r in runs if _model_of(r) not in held_models]
+    if not fit_runs:
+        raise ConfigError("--holdout-model leaves no run to fit")
+    fit = tuple(p.strip() for p in args.fit.split(",") if p.strip())
+    metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        raise ConfigError(f"--metrics {bad[0]!r} is not known; allowed: {', '.join(METRICS)}")
+    print(f"fitting {', '.join(fit)} of {args.base} on {len(fit_runs)} runs ({len(runs) - len(fit_runs)} held out)")
+    params = calibrate(fit_runs, base=args.base, base_params=start_params(args.start), fit=fit, metrics=metrics,
+                       iterations=args.iterations, log=print)
+    rows = errors(runs, args.base, params)
+    held = {r.key for r in runs if _model_of(r) in held_models}
+    table = _error_rows(rows, held)
+    print(f"{'run':52s} {'held':>5s} " + " ".join(f"{m[:14]:>14s}" for m in METRICS))
+    for t in table:
+        print(f"{t['key'][:52]:52s} {'yes' if t['held_out'] else '':>5s} "
+              + " ".join(f"{t[m]:13.1f}%" if t[m] is not None else f"{'-':>14s}" for m in METRICS))
+    summary = {}
+    for group, sel in (("fit", [t for t in table if not t["held_out"]]), ("held_out", [t for t in table if t["held_out"]])):
+        if sel:
+            summary[group] = {m: {"median": float(np.median([t[m] for t in sel if t[m] is not None])),
+                                  "mean": float(np.mean([t[m] for t in sel if t[m] is not None]))} for m in METRICS}
+            print(f"{group}: " + "; ".join(f"{m} median {v['median']:.1f}% mean {v['mean']:.1f}%"
+                                             for m, v in summary[group].items()))
+    write_latency_file(args.out, args.base, params, {"runs": str(args.runs), "fit": list(fit), "metrics": list(metrics),
+                                                      "held_out_models": sorted(held_models), "errors_pct": table,
+                                                      "summary_pct": summary})
+    print(f"wrote {args.out} (use it with --latency-model {args.out})")
+    return 0
+
+
+def add_cli(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="fit step-time coefficients to measured vLLM runs; write a latency-model file",
+        description="Fit the coefficients of a trained-physics step-time model to the per-stage statistics of "
+                    "measured runs (a runs.json as in docs/validation.md), each run simulated under its own "
+                    "open-loop inference-perf arrivals; report the error per run, on fitted and held-out runs.")
+    p.add_argument("--runs", required=True, help="measured runs (JSON; see docs/validation.md)")
+    p.add_argument("--out", required=True, help="latency-model file to write (JSON)")
+    p.add_argument("--base", default="vllm-calibrated", help="step-time model whose coefficients are fitted "
+                   "(vllm-calibrated or blis-trained-physics; the others keep its values)")
+    p.add_argument("--fit", default=",".join(FIT_PARAMS), help="coefficients to fit (comma-separated)")
+    p.add_argument("--metrics", default="ttft_mean,e2e_mean", help="per-stage statistics fitted (comma-separated)")
+    p.add_argument("--holdout-model", action="append", metavar="MODEL",
+                   help="leave this model's runs out of the fit (repeatable); they are reported as held out")
+    p.add_argument("--iterations", type=int, default=12, help="Levenberg-Marquardt iterations at most")
+    p.add_argument("--start", help="initial coefficients: blis-trained-physics, vllm-calibrated or a latency-model "
+                   "file (default: the base's)")
+    p.set_defaults(func=cmd_calibrate)
