@@ -34,13 +34,14 @@ def _assert_same(a: Simulator, b: Simulator) -> None:
         np.testing.assert_array_equal(getattr(a.table, f), getattr(b.table, f), err_msg=f)
 
 
-def _configs(instances, kv, seqs, budget, router, flow, cpu_gb, prefill, evict, preemption):
+def _configs(instances, kv, seqs, budget, router, flow, cpu_gb, prefill, evict, preemption, timeout=None):
     prefill = min(prefill, instances - 1)
     cluster = ClusterConfig(instances=instances, kv_blocks=kv, cpu_kv_gb=cpu_gb, prefill_instances=prefill,
                             engine=EngineConfig(max_num_seqs=seqs, max_num_batched_tokens=budget,
                                                 preemption=preemption))
     gateway = GatewayConfig(router=router, flow_control=flow, ttl_s=5.0,
-                            eviction=evict and flow is not None and not prefill, pd="pd-always" if prefill else None)
+                            eviction=evict and flow is not None and not prefill, pd="pd-always" if prefill else None,
+                            client_timeout_s=timeout if flow is None and not prefill else None)
     return cluster, gateway
 
 
@@ -51,7 +52,8 @@ CONFIGS = dict(
                             "bailian", "aibrix", "preble"]),
     flow=st.sampled_from([None, "soft-reflective-ceiling", "static-usage-limit"]),
     cpu_gb=st.sampled_from([0.0, 0.05]), prefill=st.sampled_from([0, 0, 1]), evict=st.booleans(),
-    preemption=st.sampled_from(["recompute", "restart"]), fork_at=st.floats(0.05, 2.0))
+    preemption=st.sampled_from(["recompute", "restart"]), fork_at=st.floats(0.05, 2.0),
+    timeout=st.sampled_from([None, 1.5]))
 
 
 def _hashed(x, units, cpu=False):
@@ -65,7 +67,7 @@ def _hashed(x, units, cpu=False):
 @settings(max_examples=40, deadline=None)
 @given(**CONFIGS, hashed=st.booleans())
 def test_fork_mid_episode_reproduces_the_original(seed, instances, kv, rate, seqs, budget, groups, router, flow,
-                                                  cpu_gb, prefill, evict, preemption, fork_at, hashed):
+                                                  cpu_gb, prefill, evict, preemption, fork_at, timeout, hashed):
     """The original runs as slot 1 of a batch (its indices offset), its copies at slots 0..2
     of a state of their own: pointers are re-based, and every copy ends as the original."""
     with pytest.MonkeyPatch.context() as mp:
@@ -74,14 +76,14 @@ def test_fork_mid_episode_reproduces_the_original(seed, instances, kv, rate, seq
 
             mp.setattr(ST, "_table_size", _hashed)
         _fork_and_compare(seed, instances, kv, rate, seqs, budget, groups, router, flow, cpu_gb, prefill, evict,
-                          preemption, fork_at)
+                          preemption, fork_at, timeout)
 
 
 def _fork_and_compare(seed, instances, kv, rate, seqs, budget, groups, router, flow, cpu_gb, prefill, evict,
-                      preemption, fork_at):
+                      preemption, fork_at, timeout):
     if prefill and router in ("random", "bailian", "aibrix", "preble", "sglang-cache-aware"):
         router = "jsq"  # P/D needs a compiled router that knows the pools; these are covered aggregated
-    cluster, gateway = _configs(instances, kv, seqs, budget, router, flow, cpu_gb, prefill, evict, preemption)
+    cluster, gateway = _configs(instances, kv, seqs, budget, router, flow, cpu_gb, prefill, evict, preemption, timeout)
     other = Simulator(_workload(seed + 1, rate, 30, groups), cluster, gateway, seed=seed + 1, batch=False)
     original = Simulator(_workload(seed, rate, 70, groups), cluster, gateway, seed=seed, batch=False)
     SimulatorBatch([other, original])
@@ -123,7 +125,7 @@ def test_fork_of_a_busy_cluster_reuses_its_slots(monkeypatch, hashed):
 @settings(max_examples=15, deadline=None)
 @given(**CONFIGS)
 def test_k_forks_in_one_call_equal_k_separate_runs(seed, instances, kv, rate, seqs, budget, groups, router, flow,
-                                                   cpu_gb, prefill, evict, preemption, fork_at):
+                                                   cpu_gb, prefill, evict, preemption, fork_at, timeout):
     """Copies given different usage limits (external ceilings) diverge; each equals the same
     copy advanced alone."""
     if prefill and router in ("random", "bailian", "aibrix", "preble", "sglang-cache-aware"):
