@@ -267,3 +267,20 @@ def test_mixed_fleet_instances_price_steps_with_their_own_model():
     np.testing.assert_allclose(t.first_token_t - t.dispatch_t, [(100 + 1000 + 2 * 512 + 50) * 1e-6,
                                                                 (100 + 2000 + 4 * 512 + 50) * 1e-6])
     np.testing.assert_array_equal(sim.state.instances.total[:2], [100, 50])
+
+
+def test_a_state_larger_than_memory_is_refused_before_allocation(monkeypatch):
+    """The state's size comes from the field table before numpy maps it (lazily: the run would
+    be killed when it touched the pages); the simulator names the sizes in one line."""
+    from llmsched_gym.engine import state as ST
+    from llmsched_gym.errors import ConfigError
+    from llmsched_gym.workloads.workload import Workload
+
+    w = Workload([0.0, 0.1], [64, 64], [4, 4])
+    sim = Simulator(w, ClusterConfig(instances=2, kv_blocks=100), GatewayConfig(router="jsq"))
+    real = sum(v.nbytes for k, v in vars(sim.state).items() if isinstance(v, np.ndarray) and not k.endswith("_off"))
+    caps = [sim.state._caps(0)]
+    assert ST.state_bytes(caps, sim.state.num_bands, sim.state.max_seqs) == real
+    monkeypatch.setattr(ST, "memory_bytes", lambda: real - 1)
+    with pytest.raises(ConfigError, match=r"needs 0\.0 GiB, more than .* for 2 instances x 2 requests"):
+        Simulator(w, ClusterConfig(instances=2, kv_blocks=100), GatewayConfig(router="jsq"))

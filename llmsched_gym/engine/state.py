@@ -152,6 +152,34 @@ def _keys_of(x: ClusterInputs) -> tuple:
     return x.units
 
 
+def state_bytes(caps: list[tuple[int, ...]], num_bands: int, max_seqs: int) -> int:
+    """Bytes of the arrays :meth:`EngineState._allocate` makes for slots of capacities ``caps``
+    (:meth:`EngineState._capacity` order), from the field table."""
+    totals = dict(zip(("req", "unit", "ent", "inst", "bkey", "ix", "cpu"), np.sum(caps, axis=0, dtype=np.int64)))
+    totals["clu"] = len(caps)
+    extents = {"bands": num_bands, "seqs": max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
+    out = 0
+    for rec in RECORDS:
+        n = np.dtype(rec.dtype).itemsize
+        for axis in rec.shape:
+            n *= (len(rec.fields) if axis == "field" else int(sum(totals[s] for s in rec.spaces)) if axis == "slot"
+                  else extents[axis])
+        out += n
+    return int(out)
+
+
+def memory_bytes() -> float:
+    """Memory available to this process now (Linux: MemAvailable; elsewhere: unknown, inf)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
 def _index(rec, start: int, n: int, extents: dict) -> tuple:
     """The basic index of ``n`` slots from ``start`` of record ``rec`` (fixed axes up to ``extents``)."""
     return tuple(slice(start, start + n) if axis == "slot" else slice(None) if axis == "field" else
@@ -242,8 +270,12 @@ class EngineState:
         self.slack = float(slack)
         units = [_keys_of(x) for x in clusters]
         caps = [self._capacity(x, u) for x, u in zip(clusters, units)]
-        self._allocate(caps, max([x.num_bands for x in clusters] + [1]),
-                       max([x.engine.max_num_seqs for x in clusters] + [1]))
+        bands, seqs = max([x.num_bands for x in clusters] + [1]), max([x.engine.max_num_seqs for x in clusters] + [1])
+        need, have = state_bytes(caps, bands, seqs), memory_bytes()
+        if need > have:  # numpy would map it lazily, and the run be killed when it touches the pages
+            raise MemoryError(f"the engine state needs {need / 2**30:.1f} GiB, more than the "
+                              f"{have / 2**30:.1f} GiB of memory available")
+        self._allocate(caps, bands, seqs)
         self.rngs = List()
         for x in clusters:
             self.rngs.append(x.rng)
