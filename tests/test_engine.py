@@ -242,3 +242,4 @@ def test_cold_compile_in_two_processes_is_what_the_event_loop_uses(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     run = subprocess.run([sys.executable, "-c", _COLD_COMPILE], env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.count("compiling the simulator, once per install") == 1  # the user is told, once
