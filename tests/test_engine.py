@@ -207,7 +207,9 @@ def test_hashed_prefix_tables_simulate_as_direct_ones(monkeypatch, router):
     x, units = hashed_sim.inputs, ST._keys_of(hashed_sim.inputs)
     slots, direct_table = ST._table_size(x, units)
     assert not direct_table and slots * 4 < units[4]  # far fewer slots than keys: a busy table
-    most = int(np.searchsorted(units[8], x.kv_blocks, side="right"))
+    most = ST._most_units(units[8], x.kv_blocks)
+    sizes = np.sort(np.repeat(np.arange(len(units[8])), units[8]))  # the distinct units' sizes
+    assert np.cumsum(sizes)[most - 1] <= x.kv_blocks < np.cumsum(sizes)[most]  # the most that fit
     assert most < x.kv_blocks  # a tighter bound than one unit per block
     st = hashed_sim.state
     for i in range(x.instances):  # what the instances cache at the end is within the bound
@@ -243,6 +245,7 @@ def test_cold_compile_in_two_processes_is_what_the_event_loop_uses(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     run = subprocess.run([sys.executable, "-c", _COLD_COMPILE], env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stderr.count("compiling the simulator, once per install") == 1  # the user is told, once
 
 
 def test_mixed_fleet_instances_price_steps_with_their_own_model():

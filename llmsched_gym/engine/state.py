@@ -120,7 +120,7 @@ def _table_size(x: ClusterInputs, units, cpu: bool = False) -> tuple[int, bool]:
     if cpu and x.cpu_shared:
         blocks = blocks * x.instances
     n_keys = units[4]
-    most = int(np.searchsorted(units[8], blocks, side="right"))
+    most = _most_units(units[8], blocks)
     hashed = _pow2_at_least(2 * max(most, 4))
     return (max(n_keys, 1), True) if n_keys <= DIRECT_MAX_RATIO * hashed else (hashed, False)
 
@@ -139,16 +139,22 @@ def _table_slots(x: ClusterInputs, units, slack: float, cpu: bool = False) -> in
 
 def _keys_of(x: ClusterInputs) -> tuple:
     """Prefix units and router block keys of a cluster's workload (see :mod:`.units`),
-    and the running total of its distinct units' blocks, smallest first (how many units
-    can be cached at once, :func:`_table_size`); computed once per inputs."""
+    and how many of its distinct units have each size in blocks (how many can be cached
+    at once, :func:`_most_units`); computed once per inputs."""
     if x.units is None:
         bk = router_block_keys(x.workload, *x.router_block_keys)[:3] if x.router_block_keys else (
             np.zeros(len(x.workload) + 1, np.int64), np.zeros(0, np.int64), 0)
         units = prefix_units(x.workload, x.engine.block_size)
-        least = np.zeros(units[4], np.int64)
-        for b in np.unique(units[2])[::-1]:  # a key's blocks, the fewest if they differ (a few values)
-            least[units[1][units[2] == b]] = b
-        x.units = units + bk + (np.cumsum(np.sort(np.maximum(least, 1))),)
+        keys, blocks = units[1], units[2]
+        values = np.flatnonzero(np.bincount(blocks)) if len(blocks) else np.zeros(0, np.int64)
+        if len(values) == 1:  # every unit the same size (one block each on BLIS's traces)
+            per_size = np.bincount(np.full(1, values[0]), minlength=values[0] + 1) * units[4]
+        else:
+            least = np.zeros(units[4], np.int64)
+            for b in values[::-1]:  # a key's blocks, the fewest if they differ (a few sizes)
+                least[keys[blocks == b]] = b
+            per_size = np.bincount(np.maximum(least, 1))
+        x.units = units + bk + (per_size,)
     return x.units
 
 
@@ -220,6 +226,18 @@ def _copy_rows(a, s0, b, d0, ranges, key, fields, deltas):
                         b[dst, fields[j]] += deltas[j]
             elif b[dst, key] != 0:
                 b[dst, key] = 0
+
+
+def _most_units(per_size: np.ndarray, blocks: int) -> int:
+    """The most distinct units that fit in ``blocks`` at once (the smallest first), from
+    the number of distinct units of each size in blocks."""
+    most, left = 0, blocks
+    for size in range(1, len(per_size)):
+        k = min(int(per_size[size]), left // size)
+        most, left = most + k, left - k * size
+        if k < per_size[size]:
+            break
+    return most
 
 
 @dataclass
