@@ -45,7 +45,6 @@ def build(case: str):
     """(workload, ClusterConfig, GatewayConfig) of a case, with whichever llmsched_gym is imported."""
     from llmsched_gym.engine import EngineConfig
     from llmsched_gym.simulator import ClusterConfig, GatewayConfig
-    from llmsched_gym.workloads.trace_registry import DEFAULT_TRACE_DIR
     try:
         from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
         from llmsched_gym.workloads.traces import load_blis_trace, load_mooncake
@@ -53,7 +52,12 @@ def build(case: str):
         from llmsched_gym.synthetic import ArrivalSpec, LengthSpec, WorkloadSpec, generate
         from llmsched_gym.traces import load_blis_trace, load_mooncake
 
-    traces = Path(os.environ.get("LLMSCHED_TRACE_DIR", DEFAULT_TRACE_DIR))
+    if "LLMSCHED_TRACE_DIR" in os.environ:  # the baseline's child is given it: older trees lack the default
+        traces = Path(os.environ["LLMSCHED_TRACE_DIR"])
+    else:
+        from llmsched_gym.workloads.trace_registry import DEFAULT_TRACE_DIR
+
+        traces = DEFAULT_TRACE_DIR
     gateway = GatewayConfig(router="round-robin")
     # The previous release had one eviction order, "cached-last": compare like with like.
     same = {"eviction": "cached-last"} if "eviction" in EngineConfig.__dataclass_fields__ else {}
