@@ -6,7 +6,7 @@
 * :mod:`.steptime` - the step-time models lowered to compiled arithmetic;
 * :mod:`.units` - prefix units and their dense keys;
 * :mod:`.policies` - which gateway policies run in the kernel;
-* :mod:`.jitcache` - numba's disk cache keyed on the engine's source, lean nested compiles;
+* :mod:`.jitcache` - numba's disk cache keyed on the engine's source, one compile per argument types;
 * :mod:`.warmup` - compiling the event loop in two processes on a cold cache.
 """
 

@@ -1,4 +1,4 @@
-"""numba's disk cache keyed on the engine's source, and a leaner compile of the event loop.
+"""numba's disk cache keyed on the engine's source, and one compile per argument types.
 
 **Cache key.** numba stamps a cached function with the hash of its own file only, but the
 kernels fold constants from other files (:mod:`.layout`'s field indices, the step-time
@@ -7,32 +7,26 @@ wrong fields (it segfaulted). :class:`EngineSourceLocator` stamps every cached f
 of the package with the hash of all of ``engine/``'s sources and its own file, so any
 edit in the engine invalidates every entry; the cache stays where numba would put it.
 
-**Lean nested compiles.** numba compiles each jitted function as a library of its own and
-finalizes it: it links in the libraries of everything the function calls, optimizes the
-whole at -O3 and emits machine code. The event loop's call tree is 12 deep, so each
-function is optimized again in every ancestor (7x the kernel's code in all). The functions
-called only from other kernel functions need no optimization of their own: the ancestor
-called from Python (:data:`ENTRY_POINTS`) optimizes the linked whole, inlining as before,
-and IEEE arithmetic without fast-math is left exactly as written, so results are
-bit-identical. :func:`install` skips their module-level -O3 (about a quarter of a cold
-compile); every function is still compiled, cached and callable.
+**One specialization per argument types.** A kernel function called with a constant
+argument would be compiled once per constant; :func:`install` compiles it once for the
+argument's type (89 specializations of the event loop's functions instead of 101).
+
+Not done, measured: skipping the module-level -O3 of the functions called only inside the
+kernel (the entry points optimize the linked whole) cut a cold compile from 59 to 41 s, but
+BLIS's 50,000-request run took 1.04-1.09 s instead of 0.88 (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import threading
 from pathlib import Path
 
-from numba.core import caching, codegen, dispatcher, types
+from numba.core import caching, dispatcher, types
 
 _ENGINE = Path(__file__).resolve().parent
 _PACKAGE = _ENGINE.parent
 
-#: Kernel functions called from Python or from other modules' jitted code: compiled in full.
-ENTRY_POINTS = frozenset({"advance", "scrape", "saturation_now", "dispatch_decided", "cached_tokens_all",
-                          "cached_tokens", "fits_all", "kv_used_at", "pairwise_sum"})
 _KERNEL = f"{__package__}.kernel"
 _IMPL = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # _CacheImpl in older numba
 
@@ -89,37 +83,17 @@ class EngineSourceLocator(caching._CacheLocator):
         return None
 
 
-_compiling = threading.local()  # the stack of functions being compiled in this thread
-
-
-def _is_nested_kernel_function(py_func) -> bool:
-    return py_func.__module__ == _KERNEL and py_func.__name__ not in ENTRY_POINTS
-
-
 def install() -> None:
-    """Register the locator (before any cached function is defined) and the lean nested
-    compiles; once per process."""
+    """Register the locator (before any cached function is defined) and the one-per-types
+    compile of kernel functions; once per process."""
     if EngineSourceLocator in _IMPL._locator_classes:
         return
     _IMPL._locator_classes.insert(0, EngineSourceLocator)
     compile_one = dispatcher.Dispatcher.compile
-    optimize = codegen.CPUCodeLibrary._optimize_final_module
 
-    def compile_tracked(self, sig):
+    def compile_unliteral(self, sig):
         if self.py_func.__module__ == _KERNEL and isinstance(sig, tuple):
             sig = tuple(types.unliteral(a) for a in sig)  # one specialization, not one per constant argument
-        stack = _compiling.__dict__.setdefault("stack", [])
-        stack.append(self.py_func)
-        try:
-            return compile_one(self, sig)
-        finally:
-            stack.pop()
+        return compile_one(self, sig)
 
-    def optimize_unless_nested(self):
-        stack = getattr(_compiling, "stack", None)
-        if stack and _is_nested_kernel_function(stack[-1]):
-            return  # function-level passes ran; the entry point optimizes the linked whole
-        optimize(self)
-
-    dispatcher.Dispatcher.compile = compile_tracked
-    codegen.CPUCodeLibrary._optimize_final_module = optimize_unless_nested
+    dispatcher.Dispatcher.compile = compile_unliteral
