@@ -62,6 +62,20 @@ class Record:
     def slot_axis(self) -> int:
         return self.shape.index("slot")
 
+    def shape_for(self, slots: dict, extents: dict) -> tuple[int, ...]:
+        """The array's shape for ``slots`` per space and the fixed ``extents``."""
+        return tuple(len(self.fields) if axis == "field" else int(sum(slots[s] for s in self.spaces))
+                     if axis == "slot" else extents[axis] for axis in self.shape)
+
+    def field(self, arr: np.ndarray, k: int | None) -> np.ndarray:
+        """Field ``k``'s view of ``arr`` (this record's array or a slice of it keeping its axes;
+        None: the whole of a record without fields)."""
+        if k is None:
+            return arr
+        idx = [slice(None)] * arr.ndim
+        idx[self.field_axis] = k
+        return arr[tuple(idx)]
+
 
 def _fields(*specs) -> tuple[Field, ...]:
     return tuple(s if isinstance(s, Field) else Field(s) for s in specs)
@@ -215,9 +229,7 @@ class Rows:
         for rec in records:
             arr = getattr(state, rec.array)
             for k, f in enumerate(rec.fields):
-                idx = [slice(None)] * arr.ndim
-                idx[rec.field_axis] = k
-                rows[f.name.split("_", 1)[1].lower()] = arr[tuple(idx)]
+                rows[f.name.split("_", 1)[1].lower()] = rec.field(arr, k)
         object.__setattr__(self, "_rows", rows)
 
     def __getattr__(self, name: str) -> np.ndarray:

@@ -161,17 +161,19 @@ def _keys_of(x: ClusterInputs) -> tuple:
 def state_bytes(caps: list[tuple[int, ...]], num_bands: int, max_seqs: int) -> int:
     """Bytes of the arrays :meth:`EngineState._allocate` makes for slots of capacities ``caps``
     (:meth:`EngineState._capacity` order), from the field table."""
-    totals = dict(zip(("req", "unit", "ent", "inst", "bkey", "ix", "cpu"), np.sum(caps, axis=0, dtype=np.int64)))
-    totals["clu"] = len(caps)
-    extents = {"bands": num_bands, "seqs": max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
-    out = 0
-    for rec in RECORDS:
-        n = np.dtype(rec.dtype).itemsize
-        for axis in rec.shape:
-            n *= (len(rec.fields) if axis == "field" else int(sum(totals[s] for s in rec.spaces)) if axis == "slot"
-                  else extents[axis])
-        out += n
-    return int(out)
+    totals = dict(zip(CAP_SPACES, np.sum(caps, axis=0, dtype=np.int64)), clu=len(caps))
+    extents = _extents(num_bands, max_seqs)
+    return int(sum(np.dtype(rec.dtype).itemsize * np.prod(rec.shape_for(totals, extents), dtype=np.int64)
+                   for rec in RECORDS))
+
+
+#: The index spaces of a slot's capacities, in :meth:`EngineState._capacity` order.
+CAP_SPACES = ("req", "unit", "ent", "inst", "bkey", "ix", "cpu")
+
+
+def _extents(num_bands: int, max_seqs: int) -> dict:
+    """The fixed axes of the state's arrays."""
+    return {"bands": num_bands, "seqs": max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
 
 
 def memory_bytes() -> float:
@@ -318,15 +320,10 @@ class EngineState:
         self.req_off, self.unit_off, self.ent_off, self.inst_off = off(0), off(1), off(2), off(3)
         self.bk_off, self.ix_off, self.cpu_off = off(4), off(5), off(6)
         self.num_bands, self.max_seqs = num_bands, max_seqs
-        slots = {"req": self.req_off[-1], "unit": self.unit_off[-1], "inst": self.inst_off[-1],
-                 "bkey": self.bk_off[-1], "ix": self.ix_off[-1], "clu": C,
-                 "ent": self.ent_off[-1], "cpu": self.cpu_off[-1]}
-        extents = {"bands": num_bands, "seqs": max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
+        slots = dict(zip(CAP_SPACES, np.sum(caps, axis=0, dtype=np.int64)), clu=C)
+        extents = _extents(num_bands, max_seqs)
         for rec in RECORDS:
-            shape = tuple(len(rec.fields) if axis == "field" else
-                          int(sum(slots[s] for s in rec.spaces)) if axis == "slot" else extents[axis]
-                          for axis in rec.shape)
-            arr = np.zeros(shape, rec.dtype)  # zeros: pages a slot never touches stay unmapped
+            arr = np.zeros(rec.shape_for(slots, extents), rec.dtype)  # zeros: pages a slot never touches stay unmapped
             if rec.default:
                 arr[...] = rec.default
             setattr(self, rec.array, arr)
@@ -373,7 +370,7 @@ class EngineState:
             raise ValueError(f"cluster slot {c} is smaller than slot {k} of the source state ({short or 'bands'})")
         delta = {s: new[s][0] - old[s][0] for s in SPACES}
         same_workload = not fresh and self.sources[c] is not None and self.sources[c] is src.sources[k]
-        extents = {"bands": src.num_bands, "seqs": src.max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
+        extents = _extents(src.num_bands, src.max_seqs)
         stale = {s: False if fresh else self._table_rows(c, s) for s in ("ent", "cpu")}  # before inst_i moves
         self.sources[c] = src.sources[k]
         for rec in RECORDS:
@@ -394,10 +391,7 @@ class EngineState:
                 for row, target in pointers:
                     d = delta[space if target == SELF else target]
                     if d:
-                        idx = [slice(None)] * region.ndim
-                        if row is not None:
-                            idx[rec.field_axis] = row
-                        v = region[tuple(idx)]  # a view
+                        v = rec.field(region, row)
                         v[...] = np.where(v >= 0, v + d, v)  # negative: "none"
 
     def regrown(self, c: int, x: ClusterInputs) -> "EngineState":
@@ -482,7 +476,7 @@ class EngineState:
         """Every range of slot ``c`` to its fields' defaults (:mod:`.fields`). ``fresh``: the
         slot was just allocated, all zeros, so only non-zero defaults are written: writing
         zeros would fault in every page of a table the run may never use."""
-        extents = {"bands": self.num_bands, "seqs": self.max_seqs, "segment": SEGMENT_CHUNK, "params": N_PARAMS}
+        extents = _extents(self.num_bands, self.max_seqs)
         ranges = self._ranges(c)
         for rec, space in ((r, s) for r in RECORDS for s in r.spaces):
             region = getattr(self, rec.array)[_index(rec, *ranges[space], extents)]
@@ -494,9 +488,7 @@ class EngineState:
                 continue
             for k, f in enumerate(rec.fields):
                 if f.default:
-                    idx = [slice(None)] * region.ndim
-                    idx[rec.field_axis] = k
-                    region[tuple(idx)] = f.default
+                    rec.field(region, k)[...] = f.default
 
     def load(self, c: int, x: ClusterInputs, units=None, fresh: bool = False) -> None:
         """(Re)initialize slot ``c`` with cluster ``x``: every array range of the slot is reset
