@@ -156,7 +156,7 @@ class LookaheadPlanner(GatewayController):
             for k, params in enumerate(options):
                 if not np.array_equal(params, current):  # unchanged: the duty cycle runs on undisturbed
                     copies.set_policy(k, "flow", None, params)
-                    self._wake(copies, k)
+                    copies.wake_dispatch(k)
             costs = self._price(sim, copies, setup)
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
@@ -166,13 +166,6 @@ class LookaheadPlanner(GatewayController):
                 sim.set_flow_params(best)
                 sim.wake_dispatch()
         return sim
-
-    @staticmethod
-    def _wake(state: EngineState, k: int) -> None:
-        """A dispatch cycle now in copy ``k`` if anything is queued (``Simulator.wake_dispatch``)."""
-        slot = state.cluster(k)
-        if state.bands.len[k].any():
-            slot.next_cycle = min(slot.next_cycle, slot.now)
 
     def _price(self, sim, copies: EngineState, setup) -> np.ndarray:
         """Each copy's environment cost after running on ``horizon_s`` seconds."""

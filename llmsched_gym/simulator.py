@@ -658,8 +658,8 @@ class Simulator:
         FlowControl environment): a blocked gateway otherwise sleeps until the next
         scrape when its policy is stationary.
         """
-        if self.flow is not None and self.state.bands.len[self.c].any():
-            self._cl.next_cycle = min(self._cl.next_cycle, self.now)
+        if self.flow is not None:
+            self.state.wake_dispatch(self.c)
 
     def set_ceilings(self, ceilings: np.ndarray) -> None:
         """Per-band ceilings (band 0 highest) of an externally set usage limit (FlowControl env)."""

@@ -627,6 +627,13 @@ class EngineState:
         for row, v in zip(param_rows, params):
             self.clu_f[LAYOUT[row], c] = float(v)
 
+    def wake_dispatch(self, c: int) -> None:
+        """A dispatch cycle in cluster ``c`` now if anything is queued: after its usage limits
+        were changed from outside, a blocked gateway would otherwise sleep until the next scrape."""
+        if self.bands.len[c].any():
+            cf = self.clu_f
+            cf[LAYOUT["CF_NEXT_CYCLE"], c] = min(cf[LAYOUT["CF_NEXT_CYCLE"], c], cf[LAYOUT["CF_NOW"], c])
+
     def set_route_weights(self, clusters, weights: np.ndarray) -> None:
         """Factors on each instance's LMetric score (``ROUTER_LMETRIC_WEIGHTED``, Gateway-v0's
         routing action): ``weights[k, i]`` for instance ``i`` of cluster ``clusters[k]``."""
