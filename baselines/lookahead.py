@@ -14,6 +14,15 @@ heuristic after it); it bounds how much a router that could see the next ``horiz
 seconds gains over the heuristic. ``candidates=base`` offers only the base heuristic's own
 choice: the planner then routes exactly as the heuristic (a check of the machinery).
 
+``mode=mpc``: a deployable online policy. The copies do not see the future: each candidate
+runs on ``samples`` sampled futures, common to every candidate of a decision, and is priced
+by its summed cost. A sampled future's arrival times are those of the scenario's own
+arrival model under a fresh seed (its workload regenerated, drawn once per run); each
+sampled request is a copy of a request that has finished already (its lengths, priority and
+prefix, so its prefix is one the cluster may cache; ``EngineState.replace_future``), drawn
+at random; before any has finished, of one that has arrived. Each sampled future has its own
+random generator as well.
+
 ``decision=flow`` plans the usage limit instead, once every ``interval_s``: the copies run
 the soft-reflective ceiling (``base_flow``) with a ``grid`` x ``grid`` set of (ramp, period
 scale) settings around the current base, FlowControl-v0's ``soft-reflective`` action
@@ -22,28 +31,28 @@ priced with the FlowControl environment's cost; the best setting runs until the 
 decision. Offered only the base setting (``candidates=base``), it is the base policy exactly.
 
 Runs as a gateway controller: ``compare --policies 'lmetric-no-detector;gateway=lookahead'``,
+``compare --policies 'lmetric-no-detector;gateway=lookahead:mode=mpc,samples=4'``,
 ``compare --scenario codegen --paper-qps 16 --policies 'soft-reflective-ceiling;gateway=lookahead:decision=flow'``.
 """
 
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 from typing import Literal
 
 import numpy as np
 
 from llmsched_gym.engine.api import (
     ADMIT_PY,
+    FINISHED,
     FLOW_PY,
     FLOW_SOFT_REFLECTIVE,
     ROUTER_PY,
     ST_TIME,
     EngineState,
-    RequestTable,
     compiled_form,
 )
-from llmsched_gym.envs.core import episode_cost, make_setup
+from llmsched_gym.envs.core import make_setup, request_costs
 from llmsched_gym.envs.gateway import flow_params
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import GatewayController, make_policy, register_policy
@@ -60,7 +69,7 @@ class LookaheadPlanner(GatewayController):
 
     Args:
         decision: ``routing`` (every request) or ``flow`` (the usage limit, every ``interval_s``).
-        mode: ``oracle`` (the copies see the true future arrivals).
+        mode: ``oracle`` (the copies see the true future arrivals) or ``mpc`` (sampled futures).
         horizon_s: seconds each copy runs past the decision.
         base: the compiled router the copies continue with, and whose choice
             ``candidates=base`` offers.
@@ -69,15 +78,18 @@ class LookaheadPlanner(GatewayController):
         base_flow: the compiled soft-reflective ceiling whose parameters ``decision=flow`` sets.
         interval_s: seconds between flow decisions.
         grid: settings per flow parameter (odd: the base is the centre).
+        samples: ``mpc``: sampled futures per candidate (common to all candidates).
     """
 
     name = "lookahead"
-    description = "lookahead planner on forked clusters (oracle: sees future arrivals; not deployable)"
+    description = ("lookahead planner on forked clusters (oracle: sees future arrivals, not deployable; "
+                   "mpc: sampled futures)")
 
-    def __init__(self, decision: Literal["routing", "flow"] = "routing", mode: Literal["oracle"] = "oracle",
-                 horizon_s: PlanSeconds = 1.0, base: str = "lmetric-no-detector",
-                 candidates: Literal["all", "base"] = "all", base_flow: str = "soft-reflective-ceiling",
-                 interval_s: PlanSeconds = 1.0, grid: ranged(int, ge=1, le=9) = 3):
+    def __init__(self, decision: Literal["routing", "flow"] = "routing",
+                 mode: Literal["oracle", "mpc"] = "oracle", horizon_s: PlanSeconds = 1.0,
+                 base: str = "lmetric-no-detector", candidates: Literal["all", "base"] = "all",
+                 base_flow: str = "soft-reflective-ceiling", interval_s: PlanSeconds = 1.0,
+                 grid: ranged(int, ge=1, le=9) = 3, samples: ranged(int, ge=1, le=64) = 4):
         if grid % 2 == 0:  # the declared ranges are checked before this runs (make_policy, the constructor)
             raise ConfigError(f"lookahead grid={grid!r} is invalid; it must be odd (the base setting is the centre)")
         self.form = self._compiled(base, "routing", "base")
@@ -89,6 +101,7 @@ class LookaheadPlanner(GatewayController):
         self.decision, self.mode, self.horizon_s, self.base, self.candidates = (
             decision, mode, float(horizon_s), base, candidates)
         self.base_flow, self.interval_s, self.grid = base_flow, float(interval_s), int(grid)
+        self.samples = int(samples) if mode == "mpc" else 1
         self.decisions, self.plan_seconds = 0, 0.0
 
     @staticmethod
@@ -108,13 +121,44 @@ class LookaheadPlanner(GatewayController):
             raise ConfigError("lookahead needs the scenario's flow control and admission to be compiled policies")
         if self.decision == "flow" and sim.state.clusters.router[sim.c] == ROUTER_PY:
             raise ConfigError("lookahead decision=flow needs a compiled router in the scenario")
+        self.futures = self._sampled_arrivals(scenario, seed, sim.workload.arrival_s) if self.mode == "mpc" else None
+        # the most sampled arrivals in any horizon: a copy's request rows never depend on the real future's
+        self.room = max((int(np.max(np.searchsorted(a, a + self.horizon_s, side="right") - np.arange(len(a)), initial=0))
+                         for a in self.futures or ()), default=0)
+        self.draws = np.random.default_rng([seed, 0x6D7063])
         return self._run_routing(sim, scenario) if self.decision == "routing" else self._run_flow(sim, scenario)
 
+    def _sampled_arrivals(self, scenario, seed: int, real: np.ndarray) -> list[np.ndarray]:
+        """The arrival times of ``samples`` workloads of the scenario under fresh seeds."""
+        seeds = np.random.SeedSequence([seed, 0x6D7063]).generate_state(self.samples) % 2**31
+        out = [scenario.build_workload(int(s)).arrival_s for s in seeds]
+        if any(len(a) == len(real) and np.array_equal(a, real) for a in out):
+            raise ConfigError(f"lookahead mode=mpc samples futures from the scenario's arrival model, but "
+                              f"scenario {scenario.name!r} replays the same arrivals under every seed (a trace); "
+                              "use mode=oracle, or a synthetic workload")
+        return out
+
     def _fork(self, sim, copies: EngineState | None, k: int) -> EngineState:
-        """``k`` copies of the simulation now (reusing the state of the previous decision's)."""
-        if copies is None or copies.num_clusters != k:
-            return sim.state.forked(sim.c, k)
-        copies.fork(sim.c, range(k), source=sim.state)
+        """``k`` x ``samples`` copies of the simulation now, sample-major (reusing the state of
+        the previous decision's); under ``mpc`` each sample's copies get its future."""
+        K = k * self.samples
+        if copies is None or copies.num_clusters != K:
+            copies = sim.state.forked(sim.c, K, room=self.room)
+        else:
+            copies.fork(sim.c, range(K), source=sim.state)
+        if self.futures is None:
+            return copies
+        now, ptr, r0 = sim.now, int(sim.state.clusters.ptr[sim.c]), int(sim.state.req_off[sim.c])
+        finished = np.flatnonzero(sim.state.requests.outcome[r0:r0 + ptr] == FINISHED)
+        pool = finished if len(finished) else np.arange(ptr)
+        for s, arrivals in enumerate(self.futures):
+            times = arrivals[np.searchsorted(arrivals, now, side="right"):
+                             np.searchsorted(arrivals, now + self.horizon_s, side="right")]
+            like = pool[self.draws.integers(0, len(pool), len(times))] if len(pool) else np.zeros(0, np.int64)
+            rng_seed = self.draws.integers(2**63)
+            for j in range(s * k, (s + 1) * k):
+                copies.replace_future(j, times if len(pool) else times[:0], like)
+                copies.rngs[j] = np.random.default_rng(rng_seed)
         return copies
 
     def _run_routing(self, sim, scenario):
@@ -129,11 +173,11 @@ class LookaheadPlanner(GatewayController):
             start = time.perf_counter()
             copies = self._fork(sim, copies, len(cands))
             r = sim.pending_route
-            for k, i in enumerate(cands):
-                copies.set_policy(k, "router", self.form.code, self.form.params)
-                slot = copies.cluster(k)
+            for j in range(copies.num_clusters):
+                copies.set_policy(j, "router", self.form.code, self.form.params)
+                slot = copies.cluster(j)
                 slot.status, slot.log_finish = ST_TIME, 0  # the decision is answered; no Python router hears them
-                copies.dispatch_to(k, int(copies.req_off[k]) + r, i)
+                copies.dispatch_to(j, int(copies.req_off[j]) + r, cands[j % len(cands)])
             costs = self._price(sim, copies, setup)
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
@@ -153,10 +197,11 @@ class LookaheadPlanner(GatewayController):
         while sim.advance(sim.now + self.interval_s) not in ("done", "horizon"):
             start = time.perf_counter()
             copies = self._fork(sim, copies, len(options))
-            for k, params in enumerate(options):
+            for j in range(copies.num_clusters):
+                params = options[j % len(options)]
                 if not np.array_equal(params, current):  # unchanged: the duty cycle runs on undisturbed
-                    copies.set_policy(k, "flow", None, params)
-                    copies.wake_dispatch(k)
+                    copies.set_policy(j, "flow", None, params)
+                    copies.wake_dispatch(j)
             costs = self._price(sim, copies, setup)
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
@@ -168,13 +213,17 @@ class LookaheadPlanner(GatewayController):
         return sim
 
     def _price(self, sim, copies: EngineState, setup) -> np.ndarray:
-        """Each copy's environment cost after running on ``horizon_s`` seconds."""
+        """Each candidate's environment cost after its copies ran on ``horizon_s`` seconds,
+        summed over the sampled futures (:func:`~llmsched_gym.envs.core.request_costs` over
+        the requests that arrived in each copy)."""
         K = copies.num_clusters
-        copies.advance(np.ones(K, bool), np.full(K, sim.now + self.horizon_s))
-        bs = sim.cluster.engine.block_size
+        t_end = sim.now + self.horizon_s
+        copies.advance(np.ones(K, bool), np.full(K, t_end))
+        req, clu = copies.requests, copies.clusters
         out = np.empty(K)
-        for k in range(K):
-            view = SimpleNamespace(table=RequestTable(sim.workload, bs, copies, k),
-                                   arrived=int(copies.clusters.ptr[k]), now=float(copies.clusters.now[k]))
-            out[k] = episode_cost(view, setup)
-        return out
+        for j in range(K):
+            rows = slice(int(clu.req0[j]), int(clu.req0[j] + clu.ptr[j]))  # the requests that arrived
+            target = (req.finish if setup.reward == "e2e" else req.first)[rows]
+            out[j] = request_costs(req.arrival[rows], target, req.outcome[rows], req.end[rows], req.priority[rows],
+                                   float(clu.now[j]), setup).sum()
+        return out.reshape(self.samples, -1).sum(axis=0)

@@ -207,3 +207,34 @@ def test_named_views_are_the_state_rows():
         _ = state.clusters.nope
     with pytest.raises(AttributeError, match="assign into"):
         state.clusters.now = 3.0
+
+
+def test_replace_future_adds_copies_of_arrived_requests_and_nothing_else():
+    """A planner's sampled future (``EngineState.replace_future``, in a fork with room): the
+    copy sees exactly the given arrivals, each with the content of the request it copies; a
+    copy left alone still reproduces the original (LMetric's detector window included)."""
+    w = _workload(5, 30, 60, 3)
+    cluster, gateway = ClusterConfig(instances=3, kv_blocks=600), GatewayConfig(router="lmetric")
+    original = Simulator(w, cluster, gateway, seed=5)
+    original.advance(0.6)
+    state, c = original.state, original.c
+    ptr, now = int(state.clusters.ptr[c]), original.now
+    copies = state.forked(c, 2, room=4)
+    like = np.array([0, 2, 2])
+    times = now + np.array([0.05, 0.1, 0.3])
+    for bad_like, bad_times, match in (([ptr], times[:1], "only arrived"), (like, times[::-1], "ascending")):
+        with pytest.raises(ValueError, match=match):
+            copies.replace_future(1, bad_times, np.array(bad_like))
+    assert copies.replace_future(1, times, like) == 3
+    copies.advance(np.ones(2, bool), np.full(2, now + 30.0))
+    original.run()
+    req, n = copies.requests, len(w)
+    r0, r1 = int(copies.req_off[0]), int(copies.req_off[1])
+    np.testing.assert_array_equal(req.first[r0:r0 + n], original.table.first_token_t)
+    assert int(copies.clusters.ptr[1]) == ptr + 3 and int(copies.clusters.req1[1]) == r1 + ptr + 3
+    new = slice(r1 + ptr, r1 + ptr + 3)
+    np.testing.assert_array_equal(req.arrival[new], times)
+    for field in ("input", "output", "priority", "unit0", "unit1"):
+        np.testing.assert_array_equal(getattr(req, field)[new], getattr(req, field)[r1 + like], err_msg=field)
+    assert (req.outcome[new] == 1).all() and (req.first[new] > times).all()
+    np.testing.assert_array_equal(req.first[r1:r1 + ptr] >= 0, original.table.first_token_t[:ptr] >= 0)

@@ -22,11 +22,12 @@ def _scenario(name="codegen", horizon_s=15.0, **kw):
     return sc
 
 
-@pytest.mark.parametrize("base", ["jsq", "lmetric-no-detector", "least-tokens"])
-def test_only_the_base_choice_reproduces_the_heuristic(base):
+@pytest.mark.parametrize("base, mode", [("jsq", "oracle"), ("lmetric-no-detector", "oracle"),
+                                        ("least-tokens", "oracle"), ("lmetric-no-detector", "mpc")])
+def test_only_the_base_choice_reproduces_the_heuristic(base, mode):
     sc = _scenario(qps=12)
     heuristic = sc.simulator(3, router=base).run()
-    planner = make_policy(f"lookahead:candidates=base,base={base},horizon_s=0.5", "gateway")
+    planner = make_policy(f"lookahead:candidates=base,base={base},horizon_s=0.5,mode={mode}", "gateway")
     planned = planner.run(sc, 3)
     assert planner.decisions == np.count_nonzero(~np.isnan(heuristic.table.dispatch_t)) > 100
     for f in FIELDS:
@@ -50,7 +51,8 @@ def test_runs_through_the_harness():
 
 
 @pytest.mark.parametrize("spec, match", [
-    ("lookahead:mode=mpc", "mode='mpc'"),
+    ("lookahead:mode=replay", "mode='replay'"),
+    ("lookahead:mode=mpc,samples=0", "samples"),
     ("lookahead:candidates=some", "candidates"),
     ("lookahead:horizon_s=0", "horizon_s"),
     ("lookahead:base=lookahead", "base=.lookahead. is invalid"),
@@ -79,3 +81,49 @@ def test_flow_oracle_is_no_worse_than_its_base():
     base = sc.simulator(0, flow_control="soft-reflective-ceiling").run()
     oracle = make_policy("lookahead:decision=flow,horizon_s=3", "gateway").run(sc, 0)
     assert episode_cost(oracle, setup) <= episode_cost(base, setup)
+
+
+def _cut(build, seed: int, cut_s: float):
+    def cut_build(s: int):
+        w = build(s)
+        return w.subset(w.arrival_s <= cut_s) if s == seed else w
+    return cut_build
+
+
+def _routes_with_future_cut(mode: str, cut_s: float):
+    """Instances the planner routes to, on the workload of seed 4 and on the same workload
+    with every arrival after ``cut_s`` removed."""
+    out = []
+    for cut in (False, True):
+        sc = _scenario(horizon_s=12.0, qps=12)
+        if cut:
+            sc.build_workload = _cut(sc.build_workload, 4, cut_s)
+        out.append(make_policy(f"lookahead:mode={mode},horizon_s=2,samples=2", "gateway").run(sc, 4).table.instance)
+    return out
+
+
+def test_mpc_does_not_see_the_future():
+    """mpc's decisions before ``t`` are the same whatever arrives after ``t``; oracle's are not."""
+    for mode, blind in (("mpc", True), ("oracle", False)):
+        full, cut = _routes_with_future_cut(mode, 6.0)
+        n = len(cut)
+        assert n > 50
+        assert np.array_equal(full[:n], cut) == blind, mode
+
+
+def test_mpc_samples_the_scenarios_arrival_model():
+    sc = _scenario("chatbot", horizon_s=6.0, qps=40, instances=4)
+    base = sc.simulator(0, router="lmetric-no-detector").run()
+    planner = make_policy("lookahead:mode=mpc,horizon_s=1,samples=3", "gateway")
+    mpc = planner.run(sc, 0)
+    again = make_policy("lookahead:mode=mpc,horizon_s=1,samples=3", "gateway").run(sc, 0)
+    np.testing.assert_array_equal(mpc.table.instance, again.table.instance)  # same seed, same plan
+    assert planner.decisions == mpc.arrived == base.arrived > 100
+    assert not np.array_equal(mpc.table.instance, base.table.instance)
+    assert all(len(a) and not np.array_equal(a, mpc.workload.arrival_s) for a in planner.futures)
+
+
+def test_mpc_refuses_a_trace():
+    sc = _scenario("azure-code", horizon_s=5.0)
+    with pytest.raises(ConfigError, match="replays the same arrivals"):
+        make_policy("lookahead:mode=mpc", "gateway").run(sc, 0)

@@ -31,6 +31,7 @@ class Field:
     points_to: str | None = None  # a space (or SELF) whose absolute index it holds; None: a value
     default: float = 0.0  # what a loaded slot starts with (load() may then set it)
     doc: str = ""
+    content: bool = False  # what the request is (load() writes it from its workload row; the kernel never does)
 
 
 @dataclass(frozen=True)
@@ -82,17 +83,18 @@ def _fields(*specs) -> tuple[Field, ...]:
 
 
 REQUEST_INT = Record("req_i", ("req",), np.int64, ("field", "slot"), prefix="RI", fields=_fields(
-    "RI_INPUT", "RI_OUTPUT", "RI_BAND", "RI_PRIORITY",
-    Field("RI_UNIT0", "unit", doc="first of the request's prefix units"),
-    Field("RI_UNIT1", "unit", doc="end of its prefix units"),
+    Field("RI_INPUT", content=True), Field("RI_OUTPUT", content=True), Field("RI_BAND", content=True),
+    Field("RI_PRIORITY", content=True),
+    Field("RI_UNIT0", "unit", doc="first of the request's prefix units", content=True),
+    Field("RI_UNIT1", "unit", doc="end of its prefix units", content=True),
     "RI_GENERATED", "RI_HELD",
     Field("RI_INSTANCE", default=-1, doc="its instance, local to the cluster (-1: none yet)"),
     "RI_PREFIX_HIT", "RI_SCHEDULED", "RI_PREEMPTIONS", "RI_OUTCOME", "RI_PREFILL_EST",
     Field("RI_NEXT", "req", default=-1, doc="next request in its waiting or band queue"),
     Field("RI_CLOSED", doc="the environments' reward bookkeeping (cost of the request is final)"),
-    Field("RI_BK0", "bkey", doc="first of its router block keys (compiled llm-d router's prefix index)"),
-    Field("RI_BK1", "bkey", doc="end of its router block keys"),
-    Field("RI_CLASS", default=-1, doc="its prefix class for LMetric's hotspot detector (-1: none)"),
+    Field("RI_BK0", "bkey", doc="first of its router block keys (compiled llm-d router's prefix index)", content=True),
+    Field("RI_BK1", "bkey", doc="end of its router block keys", content=True),
+    Field("RI_CLASS", default=-1, doc="its prefix class for LMetric's hotspot detector (-1: none)", content=True),
     Field("RI_CPU_HIT", doc="prompt tokens of the first schedule loaded from the CPU tier (part of RI_PREFIX_HIT)"),
     Field("RI_PD", doc="its P/D stage (PD_*)"),
     Field("RI_DECODE", default=-1, doc="its decode instance, local (-1: aggregated)"),
@@ -102,8 +104,8 @@ REQUEST_FLOAT = Record("req_f", ("req",), np.float64, ("field", "slot"), prefix=
     "RF_ARRIVAL",
     Field("RF_DISPATCH", default=np.nan), Field("RF_FIRST", default=np.nan), Field("RF_FINISH", default=np.nan),
     Field("RF_END", default=np.nan), Field("RF_ENQUEUED", default=np.nan),
-    Field("RF_DELAY", doc="arrival delay at its instance (step-time model), seconds"),
-    Field("RF_FINISH_DELAY", doc="finish delay (step-time model), seconds"),
+    Field("RF_DELAY", doc="arrival delay at its instance (step-time model), seconds", content=True),
+    Field("RF_FINISH_DELAY", doc="finish delay (step-time model), seconds", content=True),
     "RF_SENT",
     Field("RF_TRANSFER", default=np.nan, doc="seconds its KV took from the prefill to the decode instance"),
 ))
@@ -159,6 +161,7 @@ CLUSTER_INT = Record("clu_i", ("clu",), np.int64, ("field", "slot"), prefix="CI"
     Field("CI_PD", doc="the compiled P/D decision (PD_DECIDE_*)"),
     Field("CI_EVICT_MAX", doc="llm-d's in-flight eviction, most revocations per decision (0: off)"),
     Field("CI_TO_PTR", doc="the next arrival (cluster-local) whose client timeout is still to come"),
+    Field("CI_WIN_CAP", doc="LMetric's detector window: the ring's capacity (the requests the cluster was loaded with)"),
 ))
 CLUSTER_FLOAT = Record("clu_f", ("clu",), np.float64, ("field", "slot"), prefix="CF", fields=_fields(
     "CF_NOW", "CF_HORIZON", "CF_NEXT_SCRAPE", Field("CF_NEXT_CYCLE", default=np.inf), "CF_SATURATION",

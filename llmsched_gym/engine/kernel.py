@@ -102,6 +102,7 @@ from .layout import (
     CI_STATUS,
     CI_TICK,
     CI_TO_PTR,
+    CI_WIN_CAP,
     CI_WIN_HEAD,
     CI_WIN_LEN,
     DROPPED,
@@ -1574,7 +1575,7 @@ def _hotspot(req_i, clu_i, clu_f, win_t, win_c, ccount, c, r, hits):
     its class is a hotspot now (its share ``x`` over the window before it exceeds the
     share of instances caching it, ``x (n - m) > m (1 - x)``, and it is a top class)."""
     base = clu_i[CI_REQ0, c]
-    cap = clu_i[CI_REQ1, c] - base
+    cap = clu_i[CI_WIN_CAP, c]
     now = clu_f[CF_NOW, c]
     start = now - clu_f[CF_R1, c]
     while clu_i[CI_WIN_LEN, c] and win_t[base + clu_i[CI_WIN_HEAD, c]] < start:

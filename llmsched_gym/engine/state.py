@@ -52,10 +52,12 @@ from .layout import (
     CI_NCLASSES,
     CI_NPREFILL,
     CI_NSERVE,
+    CI_PTR,
     CI_REQ0,
     CI_REQ1,
     CI_SAT_KIND,
     CI_SKIP,
+    CI_WIN_CAP,
     IF_CPU_LOAD_US,
     II_ANON_FRONT,
     II_CLUSTER,
@@ -353,9 +355,11 @@ class EngineState:
         if not ii[direct, i0:i1].all():
             return None
         region = self._ranges(c)[space][0]
-        ptr = int(self.clu_i[LAYOUT["CI_PTR"], c])
+        ptr = int(self.clu_i[CI_PTR, c])
         r0 = int(self.req_off[c])
-        u0, u1 = (int(self.req_i[LAYOUT["RI_UNIT0"], r0]), int(self.req_i[LAYOUT["RI_UNIT1"], r0 + ptr - 1])) if ptr else (0, 0)
+        # the arrived requests' units (the most, not the last's: a planner's sampled future repeats earlier ones)
+        u0 = int(self.req_i[LAYOUT["RI_UNIT0"], r0]) if ptr else 0
+        u1 = int(self.req_i[LAYOUT["RI_UNIT1"], r0:r0 + ptr].max()) if ptr else 0
         keys = int(self.unit_i[LAYOUT["U_KEY"], u0:u1].max()) + 1 if u1 > u0 else 0
         starts = {int(ii[first, g]) - region: int(ii[mask, g]) + 1 for g in range(i0, i1)}  # a shared tier: one
         return [(start, min(keys, size)) for start, size in starts.items()]
@@ -410,13 +414,15 @@ class EngineState:
             new._copy_slot(self, k, k, fresh=True)
         return new
 
-    def forked(self, c: int, k: int) -> "EngineState":
+    def forked(self, c: int, k: int, room: int = 0) -> "EngineState":
         """A new state of ``k`` slots, each an exact copy of cluster ``c`` as it stands now
         (its own copy of the cluster's random generator): advanced with the same decisions,
-        every copy reproduces the original request for request."""
+        every copy reproduces the original request for request. ``room``: request slots to
+        spare in each copy, for arrivals a planner adds (:meth:`replace_future`)."""
         new = EngineState.__new__(EngineState)
         new.slack = self.slack
-        new._allocate([self._caps(c)] * k, self.num_bands, self.max_seqs)
+        caps = self._caps(c)
+        new._allocate([(caps[0] + int(room),) + caps[1:]] * k, self.num_bands, self.max_seqs)
         new.rngs = List()
         new.sources = [None] * k
         for j in range(k):
@@ -435,6 +441,33 @@ class EngineState:
                 raise ValueError(f"cannot fork cluster slot {c} into itself")
             self._copy_slot(source, c, j)
             self.rngs[j] = copy.deepcopy(source.rngs[c])
+
+    def replace_future(self, c: int, arrival_s: np.ndarray, like: np.ndarray) -> int:
+        """Replace the requests of slot ``c`` that have not arrived yet: the ``j``-th arrives
+        at ``arrival_s[j]`` as a copy of the arrived request ``like[j]`` (cluster-local): its
+        lengths, priority, band and prefix units (the fields marked ``content`` in
+        :mod:`.fields`); no other request arrives. A planner's sampled future
+        (``baselines/lookahead.py``, ``mode=mpc``), in a slot with room for it
+        (:meth:`forked`). Returns how many were placed: at most the slot's free request rows."""
+        ci = self.clu_i
+        r0, ptr = int(ci[CI_REQ0, c]), int(ci[CI_PTR, c])
+        arrival_s, like = np.asarray(arrival_s, np.float64), np.asarray(like, np.int64)
+        if len(arrival_s) != len(like):
+            raise ValueError(f"{len(arrival_s)} arrival times for {len(like)} requests to copy")
+        if len(like) and (like.min() < 0 or like.max() >= ptr):
+            raise ValueError(f"only arrived requests (0..{ptr - 1}) can be copied into the future")
+        now = float(self.clu_f[CF_NOW, c])
+        if len(arrival_s) and (arrival_s[0] < now or np.any(np.diff(arrival_s) < 0)):
+            raise ValueError(f"future arrival times must be ascending and not before now ({now:g} s)")
+        m = min(len(like), int(self.req_off[c + 1]) - r0 - ptr)
+        dst, src = np.arange(r0 + ptr, r0 + ptr + m), r0 + like[:m]
+        for rec in ENTITIES["requests"]:
+            arr = getattr(self, rec.array)
+            for k, f in enumerate(rec.fields):
+                arr[k, dst] = arr[k, src] if f.content else f.default  # a row past the workload holds a copy's past
+        self.req_f[RF_ARRIVAL, dst] = arrival_s[:m]
+        ci[CI_REQ1, c] = r0 + ptr + m
+        return m
 
     def has_room(self, c: int, x: ClusterInputs) -> bool:
         """Whether cluster inputs ``x`` fit slot ``c`` (see :meth:`load`)."""
@@ -554,6 +587,7 @@ class EngineState:
         ci, cf = self.clu_i, self.clu_f
         ci[CI_REQ0, c], ci[CI_REQ1, c], ci[CI_INST0, c], ci[CI_INST1, c] = r0, r1, i0, i1
         ci[CI_NSERVE, c] = i1 - i0
+        ci[CI_WIN_CAP, c] = n
         ci[CI_NPREFILL, c] = x.prefill_instances
         cf[CF_XFER_US, c], cf[CF_XFER_LAT, c] = x.kv_us_per_token, x.kv_latency_s
         ci[CI_NBANDS, c] = x.num_bands

@@ -367,15 +367,20 @@ def episode_cost(sim, setup: Setup, t_end: float | None = None) -> float:
     """
     tb = sim.table
     n = sim.arrived
-    t_end = sim.now if t_end is None else t_end
-    target = (tb.finish_t if setup.reward == "e2e" else tb.first_token_t)[:n]
-    a = tb.arrival[:n]
-    out = tb.outcome[:n]
-    w = setup.weight(tb.priority[:n])
-    unserved = np.isin(out, (REJECTED, EXPIRED, DROPPED, EVICTED))
-    T = np.where(~np.isnan(target), target - a,
-                 np.where(unserved, tb.end_t[:n] - a + setup.unserved_penalty_s, t_end - a))
-    return float((w * T).sum())
+    return float(request_costs(tb.arrival[:n], (tb.finish_t if setup.reward == "e2e" else tb.first_token_t)[:n],
+                               tb.outcome[:n], tb.end_t[:n], tb.priority[:n], sim.now if t_end is None else t_end,
+                               setup).sum())
+
+
+def request_costs(arrival, target, outcome, end, priority, t_end, setup: Setup) -> np.ndarray:
+    """Each arrived request's share of :func:`episode_cost` (arrays of any shape; ``target``:
+    the first-token or finish times the reward counts, ``t_end``: the clock, broadcastable):
+    its priority weight times the seconds until its target, or until the end if it has not
+    reached it, plus the penalty if it was never served."""
+    unserved = np.isin(outcome, (REJECTED, EXPIRED, DROPPED, EVICTED))
+    T = np.where(~np.isnan(target), target - arrival,
+                 np.where(unserved, end - arrival + setup.unserved_penalty_s, t_end - arrival))
+    return setup.weight(priority) * T
 
 
 # ============================================================================ external policies
