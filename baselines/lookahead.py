@@ -1,4 +1,4 @@
-"""Lookahead planning on forked clusters: how far from optimal a routing heuristic is.
+"""Lookahead planning on forked clusters: how far from optimal a gateway heuristic is.
 
 At every routing decision the planner copies the cluster as it stands into one slot per
 candidate instance (``EngineState.fork``: queues, running batches, prefix caches, the
@@ -30,9 +30,16 @@ scale) settings around the current base, FlowControl-v0's ``soft-reflective`` ac
 priced with the FlowControl environment's cost; the best setting runs until the next
 decision. Offered only the base setting (``candidates=base``), it is the base policy exactly.
 
+``decision=admission`` plans admission the same way: the options are the compiled
+``base_admission`` policy, or rejecting every sheddable band's arrivals (priority < 0) with
+one of ``grid`` probabilities in [0, 1] (Admission-v0's action, the same level for every
+sheddable band), priced with the Admission environment's cost (a rejection costs its
+penalty at once).
+
 Runs as a gateway controller: ``compare --policies 'lmetric-no-detector;gateway=lookahead'``,
 ``compare --policies 'lmetric-no-detector;gateway=lookahead:mode=mpc,samples=4'``,
-``compare --scenario codegen --paper-qps 16 --policies 'soft-reflective-ceiling;gateway=lookahead:decision=flow'``.
+``compare --scenario codegen --paper-qps 16 --policies 'soft-reflective-ceiling;gateway=lookahead:decision=flow'``,
+``compare --scenario codegen --paper-qps 16 --policies 'probabilistic;gateway=lookahead:decision=admission'``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from typing import Literal
 import numpy as np
 
 from llmsched_gym.engine.api import (
+    ADMIT_BAND_PROBS,
     ADMIT_PY,
     FINISHED,
     FLOW_PY,
@@ -58,17 +66,22 @@ from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import GatewayController, make_policy, register_policy
 from llmsched_gym.validation import ranged
 
+#: The code a policy's compiled form has when it has none (it runs in Python), per role.
+PY_CODES = {"routing": ROUTER_PY, "usage-limit": FLOW_PY, "admission": ADMIT_PY}
+
 #: Seconds a copy runs past a decision, and between flow decisions.
 PlanSeconds = ranged(float, gt=0, le=600)
 
 
 @register_policy("lookahead")
 class LookaheadPlanner(GatewayController):
-    """Route each request where a forked copy of the cluster, run on ``horizon_s`` seconds
-    under the ``base`` router, cost least (see the module docstring).
+    """Route each request (or set flow control or admission every ``interval_s``) where a
+    forked copy of the cluster, run on ``horizon_s`` seconds, cost least (see the module
+    docstring).
 
     Args:
-        decision: ``routing`` (every request) or ``flow`` (the usage limit, every ``interval_s``).
+        decision: ``routing`` (every request), ``flow`` (the usage limit) or ``admission``
+            (every ``interval_s``).
         mode: ``oracle`` (the copies see the true future arrivals) or ``mpc`` (sampled futures).
         horizon_s: seconds each copy runs past the decision.
         base: the compiled router the copies continue with, and whose choice
@@ -79,17 +92,19 @@ class LookaheadPlanner(GatewayController):
         interval_s: seconds between flow decisions.
         grid: settings per flow parameter (odd: the base is the centre).
         samples: ``mpc``: sampled futures per candidate (common to all candidates).
+        base_admission: the compiled admission policy ``decision=admission`` keeps or overrides.
     """
 
     name = "lookahead"
     description = ("lookahead planner on forked clusters (oracle: sees future arrivals, not deployable; "
                    "mpc: sampled futures)")
 
-    def __init__(self, decision: Literal["routing", "flow"] = "routing",
+    def __init__(self, decision: Literal["routing", "flow", "admission"] = "routing",
                  mode: Literal["oracle", "mpc"] = "oracle", horizon_s: PlanSeconds = 1.0,
                  base: str = "lmetric-no-detector", candidates: Literal["all", "base"] = "all",
                  base_flow: str = "soft-reflective-ceiling", interval_s: PlanSeconds = 1.0,
-                 grid: ranged(int, ge=1, le=9) = 3, samples: ranged(int, ge=1, le=64) = 4):
+                 grid: ranged(int, ge=1, le=9) = 3, samples: ranged(int, ge=1, le=64) = 4,
+                 base_admission: str = "probabilistic"):
         if grid % 2 == 0:  # the declared ranges are checked before this runs (make_policy, the constructor)
             raise ConfigError(f"lookahead grid={grid!r} is invalid; it must be odd (the base setting is the centre)")
         self.form = self._compiled(base, "routing", "base")
@@ -98,35 +113,39 @@ class LookaheadPlanner(GatewayController):
             raise ConfigError(f"lookahead base_flow={base_flow!r} is invalid: decision=flow sets the parameters "
                               "of soft-reflective-ceiling (with its parameters)")
         self.base_params = flow.params
+        self.admission_form = self._compiled(base_admission, "admission", "base_admission")
         self.decision, self.mode, self.horizon_s, self.base, self.candidates = (
             decision, mode, float(horizon_s), base, candidates)
         self.base_flow, self.interval_s, self.grid = base_flow, float(interval_s), int(grid)
+        self.base_admission = base_admission
         self.samples = int(samples) if mode == "mpc" else 1
         self.decisions, self.plan_seconds = 0, 0.0
 
     @staticmethod
     def _compiled(spec: str, role: str, key: str):
         try:
-            form = compiled_form(make_policy(spec, role), ROUTER_PY if role == "routing" else FLOW_PY)
+            form = compiled_form(make_policy(spec, role), PY_CODES[role])
         except ConfigError as e:
             raise ConfigError(f"lookahead {key}={spec!r} is invalid: {e}") from None
-        if form.code in (ROUTER_PY, FLOW_PY):
+        if form.code == PY_CODES[role]:
             raise ConfigError(f"lookahead {key}={spec!r} is invalid: the copies need a compiled policy")
         return form
 
     def run(self, scenario, seed: int):
-        gateway = {"router": self.base} if self.decision == "routing" else {"flow_control": self.base_flow}
+        gateway = {"routing": {"router": self.base}, "flow": {"flow_control": self.base_flow},
+                   "admission": {"admission": self.base_admission}}[self.decision]
         sim = scenario.simulator(seed, **gateway)
         if sim.state.clusters.flow[sim.c] == FLOW_PY or sim.state.clusters.admit[sim.c] == ADMIT_PY:
             raise ConfigError("lookahead needs the scenario's flow control and admission to be compiled policies")
-        if self.decision == "flow" and sim.state.clusters.router[sim.c] == ROUTER_PY:
-            raise ConfigError("lookahead decision=flow needs a compiled router in the scenario")
+        if self.decision != "routing" and sim.state.clusters.router[sim.c] == ROUTER_PY:
+            raise ConfigError(f"lookahead decision={self.decision} needs a compiled router in the scenario")
         self.futures = self._sampled_arrivals(scenario, seed, sim.workload.arrival_s) if self.mode == "mpc" else None
         # the most sampled arrivals in any horizon: a copy's request rows never depend on the real future's
         self.room = max((int(np.max(np.searchsorted(a, a + self.horizon_s, side="right") - np.arange(len(a)), initial=0))
                          for a in self.futures or ()), default=0)
         self.draws = np.random.default_rng([seed, 0x6D7063])
-        return self._run_routing(sim, scenario) if self.decision == "routing" else self._run_flow(sim, scenario)
+        return {"routing": self._run_routing, "flow": self._run_flow,
+                "admission": self._run_admission}[self.decision](sim, scenario)
 
     def _sampled_arrivals(self, scenario, seed: int, real: np.ndarray) -> list[np.ndarray]:
         """The arrival times of ``samples`` workloads of the scenario under fresh seeds."""
@@ -185,31 +204,58 @@ class LookaheadPlanner(GatewayController):
         return sim
 
     def _run_flow(self, sim, scenario):
-        setup = make_setup("flow_control", scenario=scenario)
         if self.candidates == "base":
             options = [np.asarray(self.base_params)]
         else:
             a = np.linspace(0.25, 0.75, self.grid)
             ramp, period = flow_params(np.array(np.meshgrid(a, a)).reshape(2, -1), self.base_params)
             options = list(np.stack([ramp, period], axis=1))
-        current = np.asarray(self.base_params)
+        base = next(k for k, o in enumerate(options) if np.array_equal(o, self.base_params))
+
+        def apply(state: EngineState, c: int, k: int) -> None:
+            state.set_policy(c, "flow", None, options[k])
+            state.wake_dispatch(c)  # a blocked gateway would sleep until the next scrape
+
+        return self._run_interval(sim, make_setup("flow_control", scenario=scenario), len(options), base, apply)
+
+    def _run_admission(self, sim, scenario):
+        """Options: the base admission policy, or a rejection probability (``grid`` levels in
+        [0, 1]) for every sheddable band."""
+        sheddable = [b for b, p in enumerate(sim.band_priorities) if p < 0]
+        if not sheddable:
+            raise ConfigError(f"lookahead decision=admission needs sheddable requests (priority < 0); scenario "
+                              f"{scenario.name!r} has none")
+        levels = [] if self.candidates == "base" else list(np.linspace(0.0, 1.0, self.grid))
+        code, params = self.admission_form.code, self.admission_form.params
+
+        def apply(state: EngineState, c: int, k: int) -> None:
+            if k == 0:
+                state.set_policy(c, "admission", code, params)
+                return
+            state.set_policy(c, "admission", ADMIT_BAND_PROBS, ())
+            state.aprob[c] = 0.0
+            state.aprob[c, sheddable] = levels[k - 1]
+
+        return self._run_interval(sim, make_setup("admission", scenario=scenario), 1 + len(levels), 0, apply)
+
+    def _run_interval(self, sim, setup, n_options: int, current: int, apply):
+        """Every ``interval_s``: fork one copy per option (x samples), ``apply`` it there, run
+        them on, and keep the cheapest option until the next decision. An option equal to the
+        running one is left undisturbed (a duty cycle runs on)."""
         copies = None
         while sim.advance(sim.now + self.interval_s) not in ("done", "horizon"):
             start = time.perf_counter()
-            copies = self._fork(sim, copies, len(options))
+            copies = self._fork(sim, copies, n_options)
             for j in range(copies.num_clusters):
-                params = options[j % len(options)]
-                if not np.array_equal(params, current):  # unchanged: the duty cycle runs on undisturbed
-                    copies.set_policy(j, "flow", None, params)
-                    copies.wake_dispatch(j)
+                if j % n_options != current:
+                    apply(copies, j, j % n_options)
             costs = self._price(sim, copies, setup)
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
-            best = options[int(np.argmin(costs))]
-            if not np.array_equal(best, current):
+            best = int(np.argmin(costs))
+            if best != current:
                 current = best
-                sim.set_flow_params(best)
-                sim.wake_dispatch()
+                apply(sim.state, sim.c, best)
         return sim
 
     def _price(self, sim, copies: EngineState, setup) -> np.ndarray:

@@ -56,7 +56,8 @@ def test_runs_through_the_harness():
     ("lookahead:candidates=some", "candidates"),
     ("lookahead:horizon_s=0", "horizon_s"),
     ("lookahead:base=lookahead", "base=.lookahead. is invalid"),
-    ("lookahead:decision=admission", "decision"),
+    ("lookahead:decision=autoscaling", "decision"),
+    ("lookahead:base_admission=external", "base_admission"),
     ("lookahead:grid=2", "grid"),
     ("lookahead:base_flow=static-usage-limit", "base_flow"),
 ])
@@ -127,3 +128,16 @@ def test_mpc_refuses_a_trace():
     sc = _scenario("azure-code", horizon_s=5.0)
     with pytest.raises(ConfigError, match="replays the same arrivals"):
         make_policy("lookahead:mode=mpc", "gateway").run(sc, 0)
+
+
+def test_admission_base_option_is_the_base_policy_and_oracle_no_worse():
+    sc = _scenario(horizon_s=20.0, paper_qps=16)
+    setup = make_setup("admission", scenario=sc)
+    base = sc.simulator(2, admission="probabilistic").run()
+    planner = make_policy("lookahead:decision=admission,candidates=base,interval_s=0.5", "gateway")
+    planned = planner.run(sc, 2)
+    assert planner.decisions >= 39
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(planned.table, f), getattr(base.table, f), err_msg=f)
+    oracle = make_policy("lookahead:decision=admission,horizon_s=3", "gateway").run(sc, 2)
+    assert episode_cost(oracle, setup) <= episode_cost(base, setup)
