@@ -15,8 +15,10 @@ seconds gains over the heuristic. ``candidates=base`` offers only the base heuri
 choice: the planner then routes exactly as the heuristic (a check of the machinery).
 
 ``mode=mpc``: a deployable online policy. The copies do not see the future: each candidate
-runs on ``samples`` sampled futures, common to every candidate of a decision, and is priced
-by its summed cost. A sampled future's arrival times are those of the scenario's own
+runs on ``samples`` sampled futures, common to every candidate of a decision, and the
+planner departs from the base heuristic's own choice only for a candidate that is cheaper in
+total and in every sampled future (where its model of the future is unsure, it does what
+the heuristic does). A sampled future's arrival times are those of the scenario's own
 arrival model under a fresh seed (its workload regenerated, drawn once per run); each
 sampled request is a copy of a request that has finished already (its lengths, priority and
 prefix, so its prefix is one the cluster may cache; ``EngineState.replace_future``), drawn
@@ -187,8 +189,8 @@ class LookaheadPlanner(GatewayController):
         copies = None
         while sim.advance() == "route":
             info = sim.pending_info
-            cands = ([router.route(info, sim.current_view())] if self.candidates == "base"
-                     else list(range(first, sim.serving)))
+            own = int(router.route(info, sim.current_view()))
+            cands = [own] if self.candidates == "base" else list(range(first, sim.serving))
             start = time.perf_counter()
             copies = self._fork(sim, copies, len(cands))
             r = sim.pending_route
@@ -200,7 +202,7 @@ class LookaheadPlanner(GatewayController):
             costs = self._price(sim, copies, setup)
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
-            sim.route(cands[int(np.argmin(costs))])
+            sim.route(cands[self._choose(costs, cands.index(own))])
         return sim
 
     def _run_flow(self, sim, scenario):
@@ -238,11 +240,12 @@ class LookaheadPlanner(GatewayController):
 
         return self._run_interval(sim, make_setup("admission", scenario=scenario), 1 + len(levels), 0, apply)
 
-    def _run_interval(self, sim, setup, n_options: int, current: int, apply):
+    def _run_interval(self, sim, setup, n_options: int, base: int, apply):
         """Every ``interval_s``: fork one copy per option (x samples), ``apply`` it there, run
-        them on, and keep the cheapest option until the next decision. An option equal to the
-        running one is left undisturbed (a duty cycle runs on)."""
-        copies = None
+        them on, and keep the chosen option (:meth:`_choose`, against the ``base`` option)
+        until the next decision. An option equal to the running one is left undisturbed (a
+        duty cycle runs on)."""
+        current, copies = base, None
         while sim.advance(sim.now + self.interval_s) not in ("done", "horizon"):
             start = time.perf_counter()
             copies = self._fork(sim, copies, n_options)
@@ -252,16 +255,26 @@ class LookaheadPlanner(GatewayController):
             costs = self._price(sim, copies, setup)
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
-            best = int(np.argmin(costs))
+            best = self._choose(costs, base)
             if best != current:
                 current = best
                 apply(sim.state, sim.c, best)
         return sim
 
+    @staticmethod
+    def _choose(costs: np.ndarray, base: int) -> int:
+        """The option to act on, from each option's cost in each future (``samples`` x
+        options): the cheapest in total if it is cheaper than the base heuristic's own option
+        in every future, else the base's. With one future (``oracle``) that is the cheapest,
+        the base's on a tie; with sampled ones, the planner departs from the heuristic only
+        where every future agrees that it pays."""
+        best = int(np.argmin(costs.sum(axis=0)))
+        return best if np.all(costs[:, best] < costs[:, base]) else base
+
     def _price(self, sim, copies: EngineState, setup) -> np.ndarray:
-        """Each candidate's environment cost after its copies ran on ``horizon_s`` seconds,
-        summed over the sampled futures (:func:`~llmsched_gym.envs.core.request_costs` over
-        the requests that arrived in each copy)."""
+        """Each copy's environment cost after running on ``horizon_s`` seconds, as ``samples``
+        x options (:func:`~llmsched_gym.envs.core.request_costs` over the requests that
+        arrived in each copy)."""
         K = copies.num_clusters
         t_end = sim.now + self.horizon_s
         copies.advance(np.ones(K, bool), np.full(K, t_end))
@@ -272,4 +285,4 @@ class LookaheadPlanner(GatewayController):
             target = (req.finish if setup.reward == "e2e" else req.first)[rows]
             out[j] = request_costs(req.arrival[rows], target, req.outcome[rows], req.end[rows], req.priority[rows],
                                    float(clu.now[j]), setup).sum()
-        return out.reshape(self.samples, -1).sum(axis=0)
+        return out.reshape(self.samples, -1)
