@@ -74,6 +74,9 @@ ROWS = {
                              "decision=flow,horizon_s=10,interval_s=2", kw={"paper_qps": 0.7}, samples=2),
     "routing-coder": Row("coder", "routing", "ttft_mean", 15.0, "horizon_s=1", samples=2),
     "routing-toolagent": Row("toolagent", "routing", "ttft_mean", 10.0, "horizon_s=1", samples=2),
+    "routing-mixed-chatbot": Row("mixed-chatbot", "routing", "ttft_mean", 10.0, "horizon_s=1", samples=2),
+    "flow-flash-codegen": Row("flash-codegen", "flow_control", "critical_ttft_p99", 240.0,
+                              "decision=flow,horizon_s=3,interval_s=1", samples=2),
 }
 
 

@@ -147,6 +147,58 @@ def kv_hotspot_thinking() -> Scenario:
     return kv_hotspot(output=_THINKING_OUTPUT, name="kv-hotspot-thinking", what="thinking requests (~6.2k output tokens)")
 
 
+def mixed_chatbot() -> Scenario:
+    """``chatbot``'s workload on a mixed fleet of 16: 8 x H20 (TP1), 4 x A100 (TP2) and
+    4 x L40S (TP2), each pool with its own step times (roofline) and KV capacity. The
+    routers that score queues, cached prefixes or a fleet-wide step-time model (JSQ,
+    llm-d's scorers, LMetric) do not see that an L40S iteration takes longer than an H20's
+    while an A100 pair prefills faster: the heterogeneous case operators ask for."""
+    base = _family("chatbot", "qwen3-30b-a3b", "")
+    cluster = ClusterConfig(instances=16, hardware="H20", model="qwen3-30b-a3b", latency_model="roofline",
+                            engine=EngineConfig(max_num_batched_tokens=8192),
+                            pools=[{"instances": 8, "hardware": "H20"}, {"instances": 4, "hardware": "A100", "tp": 2},
+                                   {"instances": 4, "hardware": "L40S", "tp": 2}])
+    base.workload.name = "mixed-chatbot"
+    return Scenario(name="mixed-chatbot",
+                    description="LMetric chatbot on a mixed fleet: 8 x H20, 4 x A100 TP2, 4 x L40S TP2; qwen3-30b-a3b",
+                    cluster=cluster, workload=base.workload, gateway=GatewayConfig(router="llm-d"),
+                    default_rate={"load": 0.5})
+
+
+#: ``flash-codegen``'s rate multiplier: a diurnal base (x0.5 to x1.5 over 600 s, lowest at
+#: t = 0) with two flash crowds reached in 2 s: x6 over t = 150-180 s and x8 over t = 420-440 s.
+def _flash_curve() -> list[list[float]]:
+    import math
+
+    def diurnal(t: float) -> float:
+        return round(1.0 - 0.5 * math.cos(2 * math.pi * t / 600.0), 6)
+
+    knots = [[float(t), diurnal(t)] for t in range(0, 601, 20)]
+    for start, end, factor in ((150.0, 180.0, 6.0), (420.0, 440.0, 8.0)):
+        knots += [[start - 2.0, diurnal(start - 2.0)], [start, factor * diurnal(start)],
+                  [end, factor * diurnal(end)], [end + 2.0, diurnal(end + 2.0)]]
+    knots = sorted(knots)
+    inside = lambda t: any(s <= t <= e for s, e, _ in ((150.0, 180.0, 0), (420.0, 440.0, 0)))  # noqa: E731
+    return [k for k in knots if not (inside(k[0]) and k[1] == diurnal(k[0]))]
+
+
+def flash_codegen() -> Scenario:
+    """codegen's requests (30% critical) on 4 x H100 Qwen3-14B at a diurnal rate around
+    8 req/s with two flash crowds (x6 and x8 within 2 s, for 30 and 20 s; see
+    :func:`_flash_curve`): queues build within seconds, faster than a saturation detector
+    averaged over a scrape interval reacts."""
+    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", 8.0, rate_curve=_flash_curve()),
+                        input=_lognormal(1176, 600, 16, 8000), output=_lognormal(195, 150, 2, 2000),
+                        classes=_two_classes(0.3, 1.0, 0.1), duration_s=600.0, name="flash-codegen")
+    return Scenario(
+        name="flash-codegen",
+        description="codegen's requests at a diurnal ~8 req/s with x6 and x8 flash crowds; 4 x H100 Qwen3-14B",
+        cluster=ClusterConfig(instances=4, hardware="H100", model="qwen3-14b", latency_model="linear",
+                              engine=EngineConfig(max_num_batched_tokens=8192)),
+        workload=spec, gateway=GatewayConfig(router="llm-d", flow_control="soft-reflective-ceiling"),
+        default_rate={"qps": 8.0}, capacity_horizon_s=600.0)
+
+
 # --------------------------------------------------------------------------- autoscaling
 #: ``diurnal-codegen``'s day, compressed to half an hour of simulated time (a day would be
 #: 48 x slower to simulate); the rate swings over it as over a day, the cold starts and the
@@ -226,6 +278,8 @@ register_scenario("kv-hotspot-thinking", kv_hotspot_thinking)
 register_scenario("diurnal-codegen", diurnal_codegen)
 register_scenario("bursty-codegen", bursty_codegen)
 register_scenario("pd-longprompt", pd_longprompt)
+register_scenario("mixed-chatbot", mixed_chatbot)
+register_scenario("flash-codegen", flash_codegen)
 register_scenario("mooncake-conversation", lambda: _trace(
     "mooncake-conversation", "Mooncake (Kimi) conversation trace, 12k requests with prefix hashes; 4 x H100 Qwen3-14B",
     "mooncake/conversation_trace.jsonl", "mooncake", 4))

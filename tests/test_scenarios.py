@@ -228,6 +228,7 @@ def test_shipped_capacities_match_their_scenarios():
     table = json.loads(C.SHIPPED_TABLE.read_text())
     assert table["method"] == C.METHOD
     assert {"codegen", "chatbot"} <= set(table["scenarios"])  # the README's first command
+    assert {"mixed-chatbot", "flash-codegen"} <= set(table["scenarios"])  # the headroom scenarios
     for name, rec in table["scenarios"].items():
         sc = make_scenario(name)
         try:
