@@ -62,6 +62,11 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     gw.add_argument("--pd", help="P/D decision on a cluster with a prefill pool, e.g. 'pd-llmd:threshold=512'")
     gw.add_argument("--eviction", action="store_true", default=None,
                     help="llm-d's demand-driven in-flight eviction of sheddable requests (needs flow control)")
+    gw.add_argument("--staleness-policy", choices=("saturated", "ignore"),
+                    help="the saturation detector's stalenessPolicy: a stale endpoint scores 1.0 (saturated, "
+                         "llm-d's default) or leaves the average (ignore)")
+    gw.add_argument("--faults", metavar="FILE", help="a YAML file of faults inside the cluster: crashes, "
+                    "crash_rate, scrape_outages, stragglers (docs/scenarios.md, \"Faults\")")
     gw.add_argument("--epp-config", metavar="FILE", help="take every gateway policy from an llm-d EndpointPickerConfig (docs/epp.md)")
 
 
@@ -113,6 +118,7 @@ def scenario_from_args(args) -> "object":
         "cpu_kv_gb": args.cpu_kv_gb, "cpu_link_gbps": args.cpu_link_gbps, "cpu_kv_shared": args.cpu_kv_shared,
         "prefill_instances": args.prefill_instances, "kv_link": args.kv_link, "kv_link_gbps": args.kv_link_gbps,
         "kv_link_latency_s": args.kv_link_latency, "eviction": getattr(args, "eviction", None),
+        "faults": args.faults, "staleness_policy": args.staleness_policy,
     }.items() if v is not None}
     check_scenario_flags(args)
     if args.trace:
