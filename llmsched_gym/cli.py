@@ -237,8 +237,9 @@ def _print_summary(s: dict) -> None:
     classes = s["classes"]
     evicting = any(c.get("evicted", 0) for c in classes.values())  # a column only where the gateway evicts
     timing_out = any(c.get("timed_out", 0) for c in classes.values())  # ... or clients time out
+    faulty = any(c.get("crashed", 0) or c.get("retries", 0) for c in classes.values())  # ... or instances crash
     for col in ("class", "requests", "finished", "rejected", "expired", "dropped") + ("evicted",) * evicting + (
-            "timed out",) * timing_out + (
+            "timed out",) * timing_out + ("crashed", "retries") * faulty + (
             "in flight", "TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean", "TPOT p99", "E2E p99", "req/s", "tok/s"):
         t.add_column(col, justify="right")
     if len(classes) == 2 and "all" in classes:  # one class: its row is the "all" row
@@ -246,7 +247,8 @@ def _print_summary(s: dict) -> None:
     for name, c in classes.items():
         t.add_row(name, str(c["requests"]), str(c["finished"]), str(c["rejected"]), str(c["expired"]),
                   str(c["dropped"]), *([str(c["evicted"])] if evicting else []),
-                  *([str(c["timed_out"])] if timing_out else []), str(c["in_flight"]),
+                  *([str(c["timed_out"])] if timing_out else []),
+                  *([str(c["crashed"]), str(c["retries"])] if faulty else []), str(c["in_flight"]),
                   _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
                   _fmt(c["ttft_p99"]), _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["tpot_p99"], 1e3, 1) + "ms",
                   _fmt(c["e2e_p99"]), _fmt(c["throughput_rps"], 1, 2), _fmt(c["output_tokens_per_s"], 1, 0))

@@ -14,7 +14,12 @@ A :class:`FaultSchedule` (YAML ``faults:`` section of a scenario, ``--faults`` o
 * ``scrape_outages``: the gateway's scrapes of ``instance`` (``all``: every instance) fail
   from ``at_s`` for ``duration_s``: its metrics stop refreshing and age;
 * ``stragglers``: ``instance``'s iterations take ``factor`` times their step time from
-  ``at_s`` for ``duration_s``.
+  ``at_s`` for ``duration_s``;
+* on a P/D cluster, ``kv_link_slowdowns``: KV transfers sent from ``at_s`` for
+  ``duration_s`` take ``factor`` times their time; ``kv_link_outages``: a transfer in flight
+  at any time from ``at_s`` for ``duration_s`` is lost, and the decode instance recomputes
+  the prompt (``kv_load_failure: recompute``) or the request fails (``fail``, vLLM's
+  ``kv_load_failure_policy`` default): outcome ``crashed``.
 
 :meth:`FaultSchedule.timeline` turns it into time-ordered actions the simulator applies at
 pause points (``Simulator.advance`` stops the cluster exactly there), through the engine
@@ -33,13 +38,14 @@ from .errors import ConfigError
 from .validation import MAX_INSTANCES, MAX_SECONDS, SEED, check_choice, check_keys, check_number, invalid
 
 ON_CRASH = ("retry", "fail")
+KV_LOAD_FAILURE = ("fail", "recompute")
 MAX_RETRIES = 100
 MAX_EVENTS = 100_000  # fault events of one schedule (a Poisson rate is checked against it too)
 TIME = {"ge": 0, "le": MAX_SECONDS}
 DURATION = {"gt": 0, "le": MAX_SECONDS}
 
 # Kinds of timeline actions, in the order they apply at one instant.
-RESTART, SCRAPE_ON, SLOW_OFF, CRASH, SCRAPE_OFF, SLOW_ON = range(6)
+RESTART, SCRAPE_ON, SLOW_OFF, LINK_UP, LINK_FAST, CRASH, SCRAPE_OFF, SLOW_ON, LINK_DOWN, LINK_SLOW = range(10)
 
 
 def _items(field_name: str, value) -> list:
@@ -72,6 +78,11 @@ class FaultSchedule:
             or ``fail`` (those requests end ``crashed``).
         max_retries: re-sends per request (default 1); a request lost once more ends ``crashed``.
         seed: the Poisson crashes' draws (None: the simulation's seed).
+        kv_link_slowdowns: ``[{at_s, duration_s, factor}]`` (P/D): KV transfers sent then
+            take ``factor`` times their time.
+        kv_link_outages: ``[{at_s, duration_s}]`` (P/D): transfers in flight then are lost.
+        kv_load_failure: a lost transfer's request ``fail`` s (default, vLLM's) or is
+            ``recompute`` d on its decode instance.
     """
 
     crashes: list = field(default_factory=list)
@@ -81,6 +92,9 @@ class FaultSchedule:
     on_crash: str = "retry"
     max_retries: int = 1
     seed: int | None = None
+    kv_link_slowdowns: list = field(default_factory=list)
+    kv_link_outages: list = field(default_factory=list)
+    kv_load_failure: str = "fail"
 
     def __post_init__(self) -> None:
         self.crashes = [self._entry(f"faults.crashes[{k}]", e, ("instance", "at_s", "restart_s"),
@@ -90,6 +104,12 @@ class FaultSchedule:
                                for k, e in enumerate(_items("faults.scrape_outages", self.scrape_outages))]
         self.stragglers = [self._entry(f"faults.stragglers[{k}]", e, ("instance", "at_s", "duration_s", "factor"), {})
                            for k, e in enumerate(_items("faults.stragglers", self.stragglers))]
+        self.kv_link_slowdowns = [self._entry(f"faults.kv_link_slowdowns[{k}]", e, ("at_s", "duration_s", "factor"),
+                                              {}) for k, e in enumerate(_items("faults.kv_link_slowdowns",
+                                                                               self.kv_link_slowdowns))]
+        self.kv_link_outages = [self._entry(f"faults.kv_link_outages[{k}]", e, ("at_s", "duration_s"), {})
+                                for k, e in enumerate(_items("faults.kv_link_outages", self.kv_link_outages))]
+        check_choice("faults.kv_load_failure", self.kv_load_failure, KV_LOAD_FAILURE)
         if self.crash_rate is not None:
             r = check_keys("faults.crash_rate", self.crash_rate, ("per_instance_per_s", "restart_s", "from_s", "to_s"))
             if "per_instance_per_s" not in r:
@@ -107,7 +127,8 @@ class FaultSchedule:
         self.max_retries = check_number("faults.max_retries", self.max_retries, integer=True, ge=0, le=MAX_RETRIES)
         if self.seed is not None:
             self.seed = check_number("faults.seed", self.seed, **SEED)
-        n = len(self.crashes) + len(self.scrape_outages) + len(self.stragglers)
+        n = (len(self.crashes) + len(self.scrape_outages) + len(self.stragglers) + len(self.kv_link_slowdowns)
+             + len(self.kv_link_outages))
         if n > MAX_EVENTS:
             raise invalid("faults", f"{n} events", f"at most {MAX_EVENTS} fault events")
 
@@ -118,8 +139,9 @@ class FaultSchedule:
         if missing:
             raise invalid(where, e, f"it must give {', '.join(missing)} (keys: {', '.join(keys)})")
         out = {**defaults, **e}
-        out["instance"] = _instance(f"{where}.instance", out["instance"], allow_all="duration_s" in keys
-                                    and "factor" not in keys)
+        if "instance" in keys:
+            out["instance"] = _instance(f"{where}.instance", out["instance"], allow_all="duration_s" in keys
+                                        and "factor" not in keys)
         out["at_s"] = check_number(f"{where}.at_s", out["at_s"], **TIME)
         for k in ("restart_s", "duration_s"):
             if k in out:
@@ -137,7 +159,8 @@ class FaultSchedule:
             path = Path(value)
             if not path.is_file():
                 raise invalid(source, str(value), "it must be a YAML file of faults (crashes, crash_rate, "
-                              "scrape_outages, stragglers, on_crash, max_retries, seed)")
+                              "scrape_outages, stragglers, on_crash, max_retries, seed, kv_link_slowdowns, "
+                              "kv_link_outages, kv_load_failure)")
             import yaml
 
             try:
@@ -165,8 +188,12 @@ class FaultSchedule:
                     raise invalid(f"faults.{name}[{k}].instance", e["instance"],
                                   f"the cluster has {instances} instances: an integer in [0, {instances - 1}]")
         if pd and (self.crashes_possible or self.scrape_outages or self.stragglers):
-            raise ConfigError("faults on a P/D cluster (cluster.prefill_instances > 0) are not simulated; allowed: "
-                              "an aggregated cluster")
+            raise ConfigError("faults.crashes / crash_rate / scrape_outages / stragglers on a P/D cluster "
+                              "(cluster.prefill_instances > 0) are not simulated; allowed there: kv_link_slowdowns, "
+                              "kv_link_outages")
+        if not pd and (self.kv_link_slowdowns or self.kv_link_outages):
+            raise ConfigError("faults.kv_link_slowdowns / kv_link_outages apply to P/D disaggregation, and the "
+                              "cluster has no prefill pool (set prefill_instances >= 1, --prefill-instances)")
         if client_timeout and self.crashes_possible:
             raise ConfigError("faults.crashes / crash_rate with gateway.client_timeout_s are not simulated; "
                               "allowed: one or the other")
@@ -174,9 +201,9 @@ class FaultSchedule:
     def timeline(self, instances: int, seed: int, end_s: float) -> list[tuple[float, int, int, float]]:
         """``(time, kind, instance, value)`` actions in the order they apply (time, then
         kind: restarts, outage and straggler ends before crashes and starts), ``instance``
-        -1 for every instance. Poisson crashes are drawn here (``end_s``: the default
-        ``to_s``); a crash of an instance already down, or one after the last restart of
-        a never-restarting crash, is skipped."""
+        -1 for every instance (``instances``: the P/D KV link). Poisson crashes are drawn
+        here (``end_s``: the default ``to_s``); a crash of an instance already down, or
+        one after the last restart of a never-restarting crash, is skipped."""
         acts = []
         crashes = [(e["at_s"], e["instance"], e["restart_s"]) for e in self.crashes]
         if self.crash_rate:
@@ -211,15 +238,31 @@ class FaultSchedule:
         for e in self.stragglers:
             acts.append((e["at_s"], SLOW_ON, e["instance"], e["factor"]))
             acts.append((e["at_s"] + e["duration_s"], SLOW_OFF, e["instance"], e["factor"]))
+        for e in self.kv_link_slowdowns:
+            acts.append((e["at_s"], LINK_SLOW, instances, e["factor"]))
+            acts.append((e["at_s"] + e["duration_s"], LINK_FAST, instances, e["factor"]))
+        for e in self.kv_link_outages:
+            acts.append((e["at_s"], LINK_DOWN, instances, 0.0))
+            acts.append((e["at_s"] + e["duration_s"], LINK_UP, instances, 0.0))
         acts.sort(key=lambda a: (a[0], a[1], a[2]))
         return acts
 
 
 def apply(state, c: int, instances: int, action: tuple, slow: list) -> None:
     """One timeline action on cluster ``c`` of ``state`` at its current time (``slow``: each
-    instance's list of active straggler factors, kept by the caller; their product applies,
-    exactly 1.0 once none is left)."""
+    instance's list of active straggler factors, then the KV link's, kept by the caller;
+    their product applies, exactly 1.0 once none is left)."""
     _, kind, i, value = action
+    if kind in (LINK_DOWN, LINK_UP):
+        state.link_outage(c, kind == LINK_DOWN)
+        return
+    if kind in (LINK_SLOW, LINK_FAST):
+        if kind == LINK_SLOW:
+            slow[i].append(value)
+        else:
+            slow[i].remove(value)
+        state.set_link_slowdown(c, float(np.prod(slow[i])) if slow[i] else 1.0)
+        return
     for j in (range(instances) if i < 0 else (i,)):
         if kind == CRASH:
             state.crash(c, j)

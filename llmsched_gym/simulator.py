@@ -476,7 +476,7 @@ class Simulator:
         """The fault schedule's timeline, applied at pause points by :meth:`SimulatorBatch.advance_clusters`."""
         self.faults = faults
         self._fault_actions, self._fault_i = [], 0
-        self._slow = [[] for _ in range(self.cluster.instances)]
+        self._slow = [[] for _ in range(self.cluster.instances + 1)]  # each instance's, then the KV link's
         if faults is None:
             return
         faults.check_cluster(self.cluster.instances, bool(self.cluster.prefill_instances),
@@ -486,6 +486,7 @@ class Simulator:
         self._fault_actions = faults.timeline(self.cluster.instances, self.seed, end)
         self.inputs.faults = bool(faults.crashes_possible or faults.scrape_outages)
         self.inputs.retry_max = faults.max_retries if faults.on_crash == "retry" else 0
+        self.inputs.kv_recompute = faults.kv_load_failure == "recompute"
 
     @property
     def next_fault_s(self) -> float:

@@ -338,3 +338,94 @@ def test_environments_observe_metric_age_never_the_fault():
         .observation_space.spaces
     with pytest.raises(ConfigError, match="observation include=.*metric_age"):
         gym.make("llmsched/FlowControl-v0", scenario="codegen", qps=8, observation={"include": ["faults"]})
+
+
+@pytest.mark.parametrize("reward", ["ttft", "e2e"])
+def test_environment_rewards_count_crashed_requests_as_unserved(reward):
+    """A request lost to a crash costs its time in the system plus the unserved penalty: an
+    episode's rewards (single env and vector env alike) add up to the closed form."""
+    import gymnasium as gym
+
+    from llmsched_gym.envs.core import episode_cost
+
+    kw = dict(scenario="codegen", qps=10, duration_s=4, horizon=None, instances=2, reward=reward,
+              faults={"crashes": [{"instance": 0, "at_s": 1.0, "restart_s": 1.0}], "on_crash": "fail"})
+    env = gym.make("llmsched/Routing-v0", **kw).unwrapped
+    venv = gym.make_vec("llmsched/Routing-v0", num_envs=1, **kw)
+    env.reset(seed=0)
+    venv.reset(seed=0)
+    total = vtotal = 0.0
+    while True:
+        a = np.arange(2)[env.action_masks()][0]
+        _, r, term, trunc, _ = env.step(a)
+        _, vr, *_ = venv.step(np.array([a]))
+        total, vtotal = total + r, vtotal + float(vr[0])
+        if term or trunc:
+            break
+    assert env.simulator.table.counts()["crashed"] > 0
+    assert -total == pytest.approx(episode_cost(env.simulator, env.setup), rel=1e-9)
+    assert vtotal == pytest.approx(total, rel=1e-12)
+
+
+def _pd_one(**faults):
+    """test_pd's hand-computed request: 1000-token prompt, 10 tokens, 1 prefill + 1 decode
+    instance over RDMA: prefill 11 ms, transfer 1000 x 163,840 bytes at 50 GB/s + 20 us =
+    3.2968 ms, the decode instance's first step 1.01 ms, then 9 steps of 1.1 ms."""
+    cl = ClusterConfig(instances=2, kv_blocks=1000, latency_params=LINEAR, scrape_interval_s=0.0, prefill_instances=1)
+    return Simulator(Workload([0.0], [1000], [10]), cl, GatewayConfig(router="round-robin", pd="pd-always"),
+                     faults=faults or None).run()
+
+
+def test_slow_and_lost_kv_transfers_hand_computed():
+    xfer = 1000 * 163_840 / 50e9 + 20e-6
+    t = _pd_one().table
+    assert t.first_token_t[0] == pytest.approx(0.011 + xfer + 0.00101)
+    t = _pd_one(kv_link_slowdowns=[{"at_s": 0.0, "duration_s": 1.0, "factor": 2.0}]).table  # twice the transfer
+    assert t.transfer_s[0] == pytest.approx(2 * xfer) and t.first_token_t[0] == pytest.approx(0.011 + 2 * xfer + 0.00101)
+    assert t.finish_t[0] == pytest.approx(0.011 + 2 * xfer + 0.00101 + 9 * 0.0011)
+    outage = [{"at_s": 0.012, "duration_s": 0.001}]  # while the transfer is in flight (11 to 14.3 ms)
+    sim = _pd_one(kv_link_outages=outage)  # vLLM's default kv_load_failure_policy: fail
+    assert sim.table.outcome[0] == CRASHED and sim.table.end_t[0] == pytest.approx(0.011 + xfer)
+    assert sim.kv_used().tolist() == [0, 0] and sim.state.instances.inflight[:2].tolist() == [0, 0]
+    t = _pd_one(kv_link_outages=outage, kv_load_failure="recompute").table  # the decode instance prefills it
+    assert t.outcome[0] == FINISHED and t.first_token_t[0] == pytest.approx(0.011 + xfer + 0.011)
+    assert t.finish_t[0] == pytest.approx(0.011 + xfer + 0.011 + 9 * 0.0011)
+    t = _pd_one(kv_link_outages=[{"at_s": 0.002, "duration_s": 0.001}]).table  # over before it was sent
+    assert t.outcome[0] == FINISHED and t.first_token_t[0] == pytest.approx(0.011 + xfer + 0.00101)
+    with pytest.raises(ConfigError, match="apply to P/D disaggregation"):
+        Simulator(_three(), _two(), faults={"kv_link_outages": outage})
+
+
+LINK_FAULTS = st.fixed_dictionaries({
+    "kv_link_slowdowns": st.lists(st.fixed_dictionaries({"at_s": times, "duration_s": st.floats(0.01, 1.5),
+                                                         "factor": st.floats(0.5, 20.0)}), max_size=2),
+    "kv_link_outages": st.lists(st.fixed_dictionaries({"at_s": times, "duration_s": st.floats(0.001, 0.5)}),
+                                max_size=3),
+    "kv_load_failure": st.sampled_from(["fail", "recompute"])})
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), instances=st.integers(2, 4), kv=st.integers(300, 900), rate=st.floats(10, 60),
+       router=st.sampled_from(["jsq", "round-robin", "least-tokens", "llm-d", "lmetric"]),
+       flow=st.sampled_from([None, "static-usage-limit"]), preemption=st.sampled_from(["recompute", "restart"]),
+       faults=LINK_FAULTS, fork_at=st.floats(0.05, 2.0))
+def test_random_kv_link_faults_on_pd_clusters(seed, instances, kv, rate, router, flow, preemption, faults, fork_at):
+    """Slow and lost KV transfers: outcomes add up, both pools release every block, and a
+    fork mid-run ends as the original."""
+    cluster = ClusterConfig(instances=instances, kv_blocks=kv, prefill_instances=instances // 2,
+                            engine=EngineConfig(max_num_batched_tokens=2048, preemption=preemption))
+    gateway = GatewayConfig(router=router, flow_control=flow, ttl_s=5.0, pd="pd-always")
+    w = _random_workload(seed, rate, 60)
+    sim = Simulator(w, cluster, gateway, seed=seed, faults=faults)
+    sim.advance(fork_at)
+    copy = sim.fork(1)
+    copy.run()
+    sim.run()
+    counts = sim.table.counts()
+    assert sum(counts.values()) == len(w) and counts["in_flight"] == 0
+    if faults["kv_load_failure"] == "recompute":
+        assert counts["crashed"] == 0
+    assert sim.kv_used().sum() == 0 and (sim.state.requests.held[:len(w)] == 0).all()
+    assert (sim.state.instances.inflight[:instances] == 0).all()
+    for f in ("instance", "first_token_t", "finish_t", "end_t", "outcome", "transfer_s"):
+        np.testing.assert_array_equal(getattr(copy.sims[0].table, f), getattr(sim.table, f), err_msg=f)

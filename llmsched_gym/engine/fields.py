@@ -167,6 +167,8 @@ CLUSTER_INT = Record("clu_i", ("clu",), np.int64, ("field", "slot"), prefix="CI"
     Field("CI_NDOWN", doc="crashed instances not yet restarted"),
     Field("CI_RETRY_MAX", doc="times the gateway re-sends a request lost to a crash (0: it fails)"),
     Field("CI_STALE_POLICY", doc="the utilization detector's stalenessPolicy (STALE_*)"),
+    Field("CI_LINK_DOWN", doc="P/D KV link outages now (faults): transfers in flight or starting fail"),
+    Field("CI_KV_RECOMPUTE", doc="a failed KV transfer is recomputed on the decode instance (else the request fails)"),
 ))
 CLUSTER_FLOAT = Record("clu_f", ("clu",), np.float64, ("field", "slot"), prefix="CF", fields=_fields(
     "CF_NOW", "CF_HORIZON", "CF_NEXT_SCRAPE", Field("CF_NEXT_CYCLE", default=np.inf), "CF_SATURATION",
@@ -181,6 +183,8 @@ CLUSTER_FLOAT = Record("clu_f", ("clu",), np.float64, ("field", "slot"), prefix=
     Field("CF_EVICT_GATE", default=-np.inf, doc="the time the next eviction decision may run"),
     Field("CF_ASYNC_LAG", doc="iterations vLLM's async scheduling delays a request's outputs by (0 or 1)"),
     Field("CF_TIMEOUT", doc="the clients' timeout, seconds after arrival (inf: none)"),
+    Field("CF_XFER_SLOW", default=1.0, doc="P/D KV transfer: factor on its time (a slow link, faults)"),
+    Field("CF_LINK_UP_AT", default=-np.inf, doc="P/D KV link: when its last outage ended (faults)"),
 ))
 INDEX = Record("ix", ("ix",), np.int64, ("field", "slot"), prefix="IX", fields=_fields(
     "IX_PRESENT", Field("IX_PREV", "ix", default=-1), Field("IX_NEXT", "ix", default=-1),

@@ -46,6 +46,7 @@ from .layout import (
     CF_F1,
     CF_FT_DELAY,
     CF_HORIZON,
+    CF_LINK_UP_AT,
     CF_NEXT_CYCLE,
     CF_NEXT_SCRAPE,
     CF_NOW,
@@ -66,6 +67,7 @@ from .layout import (
     CF_TIMEOUT,
     CF_TTL,
     CF_XFER_LAT,
+    CF_XFER_SLOW,
     CF_XFER_US,
     CI_ACTIVE,
     CI_ADMIT,
@@ -81,8 +83,10 @@ from .layout import (
     CI_INST0,
     CI_INST1,
     CI_INTEGER_US,
+    CI_KV_RECOMPUTE,
     CI_LAST_ROUTE,
     CI_LAT_KIND,
+    CI_LINK_DOWN,
     CI_LOG_FINISH,
     CI_LOG_LEN,
     CI_MAX_LEN,
@@ -1131,15 +1135,18 @@ def _send_kv(req_i, req_f, inst_i, clu_i, clu_f, heap_t, heap_r, c, g, r, privat
     req_i[RI_GENERATED, r] = 0  # the decode instance samples the first output token
     req_i[RI_PD, r] = PD_TRANSFER
     inst_i[II_INFLIGHT, g] -= 1  # the gateway counts it on its decode instance from now on
-    xfer = req_i[RI_INPUT, r] * clu_f[CF_XFER_US, c] * 1e-6 + clu_f[CF_XFER_LAT, c]
+    xfer = (req_i[RI_INPUT, r] * clu_f[CF_XFER_US, c] * 1e-6 + clu_f[CF_XFER_LAT, c]) * clu_f[CF_XFER_SLOW, c]
     req_f[RF_TRANSFER, r] = xfer
     _heap_push(heap_t, heap_r, clu_i, c, t + xfer, r)
 
 
 @njit(cache=True)
-def _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, c, r, t):
+def _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, c, r, t):
     """``r``'s KV transfer is done at ``t``: the prefill instance frees its blocks, and
-    ``r`` joins its decode instance's queue (admitted by :func:`_admit_transferred`)."""
+    ``r`` joins its decode instance's queue (admitted by :func:`_admit_transferred`). A
+    transfer the link lost (an outage while it was in flight, faults) is vLLM's KV load
+    failure: the decode instance recomputes the prompt (``kv_load_failure_policy:
+    recompute``), or the request fails (``fail``, vLLM's default): outcome CRASHED."""
     i0 = clu_i[CI_INST0, c]
     p = i0 + req_i[RI_INSTANCE, r]
     _release(req_i, unit_i, inst_i, ent, p, r, req_i[RI_PD_PRIVATE, r])
@@ -1148,8 +1155,22 @@ def _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_
     # never runs a decode segment: its requests leave at their first token).
     if inst_f[IF_NEXT_T, p] == np.inf and inst_i[II_WQ_LEN, p]:
         _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, p, t)
-    req_i[RI_PD, r] = PD_ARRIVED
     d = i0 + req_i[RI_DECODE, r]
+    req_i[RI_PD, r] = PD_ARRIVED
+    # lost on the link: an outage now, or one that ended after it was sent
+    if clu_i[CI_LINK_DOWN, c] or clu_f[CF_LINK_UP_AT, c] > t - req_f[RF_TRANSFER, r]:
+        if not clu_i[CI_KV_RECOMPUTE, c]:
+            inst_i[II_INFLIGHT, d] -= 1
+            clu_i[CI_ACTIVE, c] -= 1
+            _final(req_i, req_f, r, t, CRASHED)
+            router = clu_i[CI_ROUTER, c]
+            if router == ROUTER_LEAST_TOKENS or router == ROUTER_BAILIAN_SAMPLING:
+                inst_f[IF_LT_TOKENS, d] -= req_f[RF_SENT, r]
+            if clu_i[CI_LOG_FINISH, c]:
+                log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
+                clu_i[CI_LOG_LEN, c] += 1
+            return
+        req_i[RI_PD, r] = PD_DECODE  # runs whole on the decode instance: its prefill recomputed there
     inst_i[II_PENDING, d] += 1  # counted off by _enqueue
     _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, d, r, t)
 
@@ -2340,7 +2361,7 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
         elif t_elig == t:
             r = _heap_pop(heap_t, heap_r, clu_i, c)
             if req_i[RI_PD, r] == PD_TRANSFER:
-                _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, c, r, t)
+                _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, c, r, t)
             else:
                 _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p,
                          i0 + req_i[RI_INSTANCE, r], r, t)

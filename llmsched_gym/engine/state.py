@@ -280,6 +280,7 @@ class ClusterInputs:
     client_timeout_s: float = np.inf  # clients abort a request this long after its arrival
     faults: bool = False  # a fault schedule may crash instances or stop scrapes (metric ages per instance)
     retry_max: int = 0  # times the gateway re-sends a request lost to a crash
+    kv_recompute: bool = False  # P/D: a KV transfer the link lost is recomputed on the decode instance (else fails)
     units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
@@ -589,6 +590,7 @@ class EngineState:
         cf[CF_SAT_STALE, c] = sat.metrics_staleness_threshold_s
         ci[CI_STALE_POLICY, c] = STALE_IGNORE if sat.staleness_policy == "ignore" else STALE_SATURATED
         ci[CI_FAULTS, c], ci[CI_RETRY_MAX, c] = int(x.faults), x.retry_max
+        ci[LAYOUT["CI_KV_RECOMPUTE"], c] = int(x.kv_recompute)
         cf[CF_SAT_MAX_REQ, c], cf[CF_SAT_MAX_TOK, c] = sat.max_concurrency, sat.max_token_concurrency
         ev = x.eviction
         ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
@@ -670,6 +672,18 @@ class EngineState:
         g = int(self.inst_off[c]) + i
         self.inst_f[LAYOUT["IF_SLOW"], g] = factor
         kernel._cut_segment(self.inst_i, self.inst_f, self.seg, g, float(self.clu_f[CF_NOW, c]))
+
+    def set_link_slowdown(self, c: int, factor: float) -> None:
+        """P/D KV transfers of cluster ``c`` sent from now take ``factor`` times their time (a
+        slow link; 1.0: normal)."""
+        self.clu_f[LAYOUT["CF_XFER_SLOW"], c] = factor
+
+    def link_outage(self, c: int, on: bool) -> None:
+        """An outage of cluster ``c``'s P/D KV link starts (``on``) or ends now: a transfer
+        in flight at any time during it, or sent during it, is lost (outages may overlap)."""
+        self.clu_i[LAYOUT["CI_LINK_DOWN"], c] += 1 if on else -1
+        if not on:
+            self.clu_f[LAYOUT["CF_LINK_UP_AT"], c] = self.clu_f[CF_NOW, c]
 
     def set_route_weights(self, clusters, weights: np.ndarray) -> None:
         """Factors on each instance's LMetric score (``ROUTER_LMETRIC_WEIGHTED``, Gateway-v0's

@@ -33,6 +33,7 @@ from ..engine.layout import (
     CI_PTR,
     CI_REQ0,
     CI_STATUS,
+    CRASHED,
     DROPPED,
     EVICTED,
     EXPIRED,
@@ -172,7 +173,8 @@ def track_costs(req_i, req_f, clu_i, clu_f, trk, wband, e2e, penalty, scale, fin
             stop = req_f[RF_FINISH, r] if e2e else req_f[RF_FIRST, r]
             known = not np.isnan(stop)
             out = req_i[RI_OUTCOME, r]
-            unserved = out == REJECTED or out == EXPIRED or out == DROPPED or (out == EVICTED and not known)
+            unserved = (out == REJECTED or out == EXPIRED or out == DROPPED
+                        or ((out == EVICTED or out == CRASHED) and not known))
             end = stop if known else (req_f[RF_END, r] if unserved else np.inf)
             if fin:
                 upto = end if (known or unserved) else t

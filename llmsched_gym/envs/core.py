@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..engine import api
-from ..engine.api import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
+from ..engine.api import CRASHED, DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..errors import ConfigError
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..scenarios import _OVERRIDES, Scenario, check_scenario_overrides, make_scenario
@@ -339,7 +339,8 @@ class CostTracker:
         stop = self.target[idx]
         known = ~np.isnan(stop)
         out = tb.outcome[idx]
-        unserved = (out == REJECTED) | (out == EXPIRED) | (out == DROPPED) | ((out == EVICTED) & ~known)
+        unserved = ((out == REJECTED) | (out == EXPIRED) | (out == DROPPED)
+                    | (((out == EVICTED) | (out == CRASHED)) & ~known))
         end = np.where(known, stop, np.where(unserved, tb.end_t[idx], np.inf))
         upto = np.where(known | unserved, end, t) if final else np.minimum(end, t)
         w = self.w[idx]
@@ -383,7 +384,7 @@ def episode_cost(sim, setup: Setup, t_end: float | None = None) -> float:
     a = tb.arrival[:n]
     out = tb.outcome[:n]
     w = setup.weight(tb.priority[:n])
-    unserved = np.isin(out, (REJECTED, EXPIRED, DROPPED, EVICTED))
+    unserved = np.isin(out, (REJECTED, EXPIRED, DROPPED, EVICTED, CRASHED))
     T = np.where(~np.isnan(target), target - a,
                  np.where(unserved, tb.end_t[:n] - a + setup.unserved_penalty_s, t_end - a))
     return float((w * T).sum())
