@@ -105,6 +105,13 @@ def check_scenario_flags(args) -> None:
         raise ConfigError(f"--limit={args.limit} does not apply to --trace-format blis (BLIS files are replayed whole)")
 
 
+def _faults(path):
+    """``--faults FILE`` read and checked (errors name the flag; None: not given)."""
+    from .faults import FaultSchedule
+
+    return None if path is None else FaultSchedule.from_value(path, "--faults")
+
+
 def scenario_from_args(args) -> "object":
     """The Scenario an invocation describes (a registered/YAML scenario or a trace)."""
     from .engine import EngineConfig
@@ -118,7 +125,7 @@ def scenario_from_args(args) -> "object":
         "cpu_kv_gb": args.cpu_kv_gb, "cpu_link_gbps": args.cpu_link_gbps, "cpu_kv_shared": args.cpu_kv_shared,
         "prefill_instances": args.prefill_instances, "kv_link": args.kv_link, "kv_link_gbps": args.kv_link_gbps,
         "kv_link_latency_s": args.kv_link_latency, "eviction": getattr(args, "eviction", None),
-        "faults": args.faults, "staleness_policy": args.staleness_policy,
+        "faults": _faults(args.faults), "staleness_policy": args.staleness_policy,
     }.items() if v is not None}
     check_scenario_flags(args)
     if args.trace:

@@ -499,6 +499,8 @@ class Simulator:
         while self._fault_i < len(self._fault_actions) and self._fault_actions[self._fault_i][0] <= now:
             apply_fault(self.state, self.c, self.cluster.instances, self._fault_actions[self._fault_i], self._slow)
             self._fault_i += 1
+        if self._cl.log_len:  # a Python router hears of the requests a crash lost before any other finish
+            self._replay_finishes()
 
     def _pd_policy(self, cluster: ClusterConfig, gateway: GatewayConfig):
         """The P/D decision policy (None: the cluster has no prefill pool), checked against
@@ -803,6 +805,8 @@ class Simulator:
         i = int(choice)
         self._cl.status = ST_TIME
         if self.state.dispatch_to(self.c, self.r0 + info.id, i) and self._cl.log_finish:
+            if not P:  # where it went: a crashed instance's pick went to one that is up (faults)
+                i = int(self.table.instance[info.id])
             self.router.on_dispatch(info, i, self.current_view())
 
     def _replay_finishes(self) -> None:

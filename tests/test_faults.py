@@ -429,3 +429,42 @@ def test_random_kv_link_faults_on_pd_clusters(seed, instances, kv, rate, router,
     assert (sim.state.instances.inflight[:instances] == 0).all()
     for f in ("instance", "first_token_t", "finish_t", "end_t", "outcome", "transfer_s"):
         np.testing.assert_array_equal(getattr(copy.sims[0].table, f), getattr(sim.table, f), err_msg=f)
+
+
+class _Books(__import__("llmsched_gym.gateway.policy", fromlist=["RoutingPolicy"]).RoutingPolicy):
+    """A Python router keeping its own in-flight books from its hooks: fewest in flight."""
+
+    name = "books"
+
+    def reset(self, num_instances, rng):
+        self.books = np.zeros(num_instances, np.int64)
+
+    def route(self, request, view):
+        return int(np.argmin(self.books))
+
+    def on_dispatch(self, request, instance, view):
+        self.books[instance] += 1
+
+    def on_finish(self, request_id, instance):
+        self.books[instance] -= 1
+
+
+@pytest.mark.parametrize("on_crash", ["retry", "fail"])
+def test_python_router_hears_of_crashed_requests(on_crash):
+    """A router decided in Python hears of every request a crash took from an instance as of
+    a finish, and of its re-dispatch: its books match the gateway's in-flight counts at every
+    probe and are empty at drain; a pick of the crashed instance goes to one that is up."""
+    rng = np.random.default_rng(2)
+    n = 200
+    w = Workload(np.sort(rng.uniform(0, 4, n)), rng.integers(100, 1500, n), rng.integers(20, 200, n))
+    router = _Books()
+    faults = {"crashes": [{"instance": 1, "at_s": 1.0, "restart_s": 1.0}, {"instance": 0, "at_s": 2.5}],
+              "on_crash": on_crash, "max_retries": 2}
+    sim = Simulator(w, ClusterConfig(instances=3, kv_blocks=3000), GatewayConfig(router=router), faults=faults)
+    for t in np.arange(0.25, 8.0, 0.25):
+        sim.advance(t)
+        assert sim.router.books.tolist() == sim.state.instances.inflight[:3].tolist()
+    sim.run()
+    counts = sim.table.counts()
+    assert sum(counts.values()) == n and counts["in_flight"] == 0 and not sim.router.books.any()
+    assert (counts["crashed"] > 0) == (on_crash == "fail") and (sim.table.retries.sum() > 0) == (on_crash == "retry")

@@ -755,7 +755,9 @@ def cmd_compare(args) -> int:
     if args.eviction:
         overrides["eviction"] = True
     if args.faults is not None:
-        overrides["faults"] = args.faults
+        from ..faults import FaultSchedule
+
+        overrides["faults"] = FaultSchedule.from_value(args.faults, "--faults")
     if args.staleness_policy is not None:
         overrides["staleness_policy"] = args.staleness_policy
     rates = {k: _parse_rates(k, getattr(args, k)) for k in RATE_KINDS if getattr(args, k) is not None}
