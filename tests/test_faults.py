@@ -431,22 +431,7 @@ def test_random_kv_link_faults_on_pd_clusters(seed, instances, kv, rate, router,
         np.testing.assert_array_equal(getattr(copy.sims[0].table, f), getattr(sim.table, f), err_msg=f)
 
 
-class _Books(__import__("llmsched_gym.gateway.policy", fromlist=["RoutingPolicy"]).RoutingPolicy):
-    """A Python router keeping its own in-flight books from its hooks: fewest in flight."""
-
-    name = "books"
-
-    def reset(self, num_instances, rng):
-        self.books = np.zeros(num_instances, np.int64)
-
-    def route(self, request, view):
-        return int(np.argmin(self.books))
-
-    def on_dispatch(self, request, instance, view):
-        self.books[instance] += 1
-
-    def on_finish(self, request_id, instance):
-        self.books[instance] -= 1
+from test_eviction import _Counting  # noqa: E402  (a Python router keeping in-flight books from its hooks)
 
 
 @pytest.mark.parametrize("on_crash", ["retry", "fail"])
@@ -457,7 +442,7 @@ def test_python_router_hears_of_crashed_requests(on_crash):
     rng = np.random.default_rng(2)
     n = 200
     w = Workload(np.sort(rng.uniform(0, 4, n)), rng.integers(100, 1500, n), rng.integers(20, 200, n))
-    router = _Books()
+    router = _Counting()
     faults = {"crashes": [{"instance": 1, "at_s": 1.0, "restart_s": 1.0}, {"instance": 0, "at_s": 2.5}],
               "on_crash": on_crash, "max_retries": 2}
     sim = Simulator(w, ClusterConfig(instances=3, kv_blocks=3000), GatewayConfig(router=router), faults=faults)
