@@ -12,6 +12,7 @@ from llmsched_gym.errors import ConfigError
 from llmsched_gym.evaluation.metrics import summarize
 from llmsched_gym.faults import FaultSchedule
 from llmsched_gym.gateway.saturation import SaturationConfig, pool_saturation
+from llmsched_gym.scenarios import make_scenario
 from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
 from llmsched_gym.workloads.workload import Workload
 
@@ -453,3 +454,20 @@ def test_python_router_hears_of_crashed_requests(on_crash):
     counts = sim.table.counts()
     assert sum(counts.values()) == n and counts["in_flight"] == 0 and not sim.router.books.any()
     assert (counts["crashed"] > 0) == (on_crash == "fail") and (sim.table.retries.sum() > 0) == (on_crash == "retry")
+
+
+def test_compare_runs_every_policy_under_one_fault_schedule():
+    """``evaluate`` (``compare --faults``): every policy of a seed meets the same Poisson
+    crashes; the crashed and re-sent requests are columns of the result."""
+    from llmsched_gym.evaluation.harness import evaluate
+
+    faults = {"crash_rate": {"per_instance_per_s": 0.2, "restart_s": 2.0}, "on_crash": "fail"}
+    table = evaluate("codegen", "jsq;lmetric", [0, 1], qps=6, overrides={"duration_s": 10, "faults": faults},
+                     workers=1).filter(class_="all")
+    clean = evaluate("codegen", "jsq;lmetric", [0, 1], qps=6, overrides={"duration_s": 10}, workers=1).filter(class_="all")
+    assert sum(table.column("crashed")) > 0 and sum(clean.column("crashed")) == 0
+    assert all(r["finished"] + r["crashed"] + r["in_flight"] + r["rejected"] + r["expired"] == r["requests"]
+               for r in table)
+    sc = make_scenario("codegen", qps=6, duration_s=10, faults=faults)
+    times = [sc.simulator(1, router=router)._fault_actions for router in ("jsq", "lmetric")]
+    assert times[0] == times[1] and times[0] != sc.simulator(0)._fault_actions

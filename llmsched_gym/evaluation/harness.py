@@ -45,12 +45,12 @@ _LATE_OVERRIDES = {"duration_s", "num_requests", "horizon_s"}
 
 #: Per-class metric columns of the result table (times in seconds).
 METRIC_COLUMNS = (
-    "requests", "finished", "rejected", "expired", "dropped", "evicted", "in_flight",
+    "requests", "finished", "rejected", "expired", "dropped", "evicted", "crashed", "in_flight",
     "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "ttft_censored",
     "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
     "e2e_mean", "e2e_p50", "e2e_p90", "e2e_p99",
     "slo_attainment", "goodput_rps", "throughput_rps", "output_tokens_per_s",
-    "prefix_hit_token_ratio", "preemptions",
+    "prefix_hit_token_ratio", "preemptions", "retries",
 )
 ID_COLUMNS = ("scenario", "point", "rate_kind", "rate", "qps", "policy", "router", "flow_control", "admission",
               "seed", "class")
