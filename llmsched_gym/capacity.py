@@ -281,7 +281,8 @@ def _check(scenario, qps: float, seed: int, window: float) -> tuple[SteadyState,
     if len(w) < 2:
         raise ConfigError(f"scenario {scenario.name!r}: fewer than 2 requests in the capacity window at {qps:g} req/s")
     t0, t1 = float(w.arrival_s[0]), float(w.arrival_s[-1])
-    sim = sc.simulator(seed, flow_control=None, admission="always-admit", eviction=None, workload=w, horizon_s=t1)
+    sim = sc.simulator(seed, flow_control=None, admission="always-admit", eviction=None, workload=w, horizon_s=t1,
+                       faults=None)
     sim.run()
     tab = sim.table
     half = t0 + (t1 - t0) / 2

@@ -62,6 +62,11 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     gw.add_argument("--pd", help="P/D decision on a cluster with a prefill pool, e.g. 'pd-llmd:threshold=512'")
     gw.add_argument("--eviction", action="store_true", default=None,
                     help="llm-d's demand-driven in-flight eviction of sheddable requests (needs flow control)")
+    gw.add_argument("--staleness-policy", choices=("saturated", "ignore"),
+                    help="the saturation detector's stalenessPolicy: a stale endpoint scores 1.0 (saturated, "
+                         "llm-d's default) or leaves the average (ignore)")
+    gw.add_argument("--faults", metavar="FILE", help="a YAML file of faults inside the cluster: crashes, "
+                    "crash_rate, scrape_outages, stragglers (docs/scenarios.md, \"Faults\")")
     gw.add_argument("--epp-config", metavar="FILE", help="take every gateway policy from an llm-d EndpointPickerConfig (docs/epp.md)")
 
 
@@ -100,6 +105,13 @@ def check_scenario_flags(args) -> None:
         raise ConfigError(f"--limit={args.limit} does not apply to --trace-format blis (BLIS files are replayed whole)")
 
 
+def _faults(path):
+    """``--faults FILE`` read and checked (errors name the flag; None: not given)."""
+    from .faults import FaultSchedule
+
+    return None if path is None else FaultSchedule.from_value(path, "--faults")
+
+
 def scenario_from_args(args) -> "object":
     """The Scenario an invocation describes (a registered/YAML scenario or a trace)."""
     from .engine import EngineConfig
@@ -113,6 +125,7 @@ def scenario_from_args(args) -> "object":
         "cpu_kv_gb": args.cpu_kv_gb, "cpu_link_gbps": args.cpu_link_gbps, "cpu_kv_shared": args.cpu_kv_shared,
         "prefill_instances": args.prefill_instances, "kv_link": args.kv_link, "kv_link_gbps": args.kv_link_gbps,
         "kv_link_latency_s": args.kv_link_latency, "eviction": getattr(args, "eviction", None),
+        "faults": _faults(args.faults), "staleness_policy": args.staleness_policy,
     }.items() if v is not None}
     check_scenario_flags(args)
     if args.trace:
@@ -231,8 +244,9 @@ def _print_summary(s: dict) -> None:
     classes = s["classes"]
     evicting = any(c.get("evicted", 0) for c in classes.values())  # a column only where the gateway evicts
     timing_out = any(c.get("timed_out", 0) for c in classes.values())  # ... or clients time out
+    faulty = any(c.get("crashed", 0) or c.get("retries", 0) for c in classes.values())  # ... or instances crash
     for col in ("class", "requests", "finished", "rejected", "expired", "dropped") + ("evicted",) * evicting + (
-            "timed out",) * timing_out + (
+            "timed out",) * timing_out + ("crashed", "retries") * faulty + (
             "in flight", "TTFT mean", "TTFT p50", "TTFT p99", "TPOT mean", "TPOT p99", "E2E p99", "req/s", "tok/s"):
         t.add_column(col, justify="right")
     if len(classes) == 2 and "all" in classes:  # one class: its row is the "all" row
@@ -240,7 +254,8 @@ def _print_summary(s: dict) -> None:
     for name, c in classes.items():
         t.add_row(name, str(c["requests"]), str(c["finished"]), str(c["rejected"]), str(c["expired"]),
                   str(c["dropped"]), *([str(c["evicted"])] if evicting else []),
-                  *([str(c["timed_out"])] if timing_out else []), str(c["in_flight"]),
+                  *([str(c["timed_out"])] if timing_out else []),
+                  *([str(c["crashed"]), str(c["retries"])] if faulty else []), str(c["in_flight"]),
                   _fmt(c["ttft_mean"]), _fmt(c["ttft_p50"]),
                   _fmt(c["ttft_p99"]), _fmt(c["tpot_mean"], 1e3, 1) + "ms", _fmt(c["tpot_p99"], 1e3, 1) + "ms",
                   _fmt(c["e2e_p99"]), _fmt(c["throughput_rps"], 1, 2), _fmt(c["output_tokens_per_s"], 1, 0))

@@ -29,8 +29,10 @@ import yaml
 from .capacity import METHOD, capacity_record, steady_state
 from .engine import EngineConfig
 from .errors import ConfigError, check_nonnegative
+from .faults import FaultSchedule
 from .gateway.eviction import EvictionConfig
 from .gateway.policy import check_policy_ref, make_policy
+from .gateway.saturation import SaturationConfig
 from .simulator import (
     CLUSTER_RULES,
     ENGINE_RULES,
@@ -147,6 +149,9 @@ class Scenario:
         default_rate: what an unspecified rate means: ``{"load": 0.5}``, ``{"paper_qps": 16}``
             or ``{}`` (the workload's own base rate).
         capacity_horizon_s: arrival window used when measuring capacity.
+        faults: faults inside the cluster (:class:`~llmsched_gym.faults.FaultSchedule` or a
+            mapping of its fields): crashes, scrape outages, stragglers; None: none.
+            Capacity is measured without them.
     """
 
     name: str
@@ -161,6 +166,10 @@ class Scenario:
     published_capacity_qps: float | None = None
     default_rate: dict = field(default_factory=dict)
     capacity_horizon_s: float = 120.0
+    faults: FaultSchedule | dict | None = None
+
+    def __post_init__(self) -> None:
+        self.faults = FaultSchedule.from_value(self.faults)
 
     # ------------------------------------------------------------------ rates
     @property
@@ -268,8 +277,10 @@ class Scenario:
 
     @checked_keywords
     def simulator(self, seed: int = 0, *, router=None, flow_control=..., admission=None,
-                  workload: Workload | None = None, horizon_s=..., batch: bool = True, **gateway) -> Simulator:
+                  workload: Workload | None = None, horizon_s=..., batch: bool = True, faults=...,
+                  **gateway) -> Simulator:
         """A :class:`Simulator` of this scenario; policy arguments override the defaults.
+        ``faults`` (default: the scenario's) replaces its fault schedule (None: none).
 
         ``flow_control=None`` disables the gateway queue; leave it out to keep the
         scenario's default. ``batch=False`` leaves it to be placed in a shared batched
@@ -289,7 +300,8 @@ class Scenario:
         if workload is None:
             workload = self.build_workload(seed)
             self._check_servable(workload)
-        return Simulator(workload, self.cluster, g, seed=seed, horizon_s=horizon_s, batch=batch)
+        faults = self.faults if faults is ... else faults
+        return Simulator(workload, self.cluster, g, seed=seed, horizon_s=horizon_s, faults=faults, batch=batch)
 
     def check_runnable(self, seed: int = 0) -> None:
         """What :meth:`simulator` and :meth:`check_horizon` check, on the workload of
@@ -348,6 +360,8 @@ class Scenario:
                 out[k] = getattr(self, k)
         if self.default_rate:
             out["default_rate"] = dict(self.default_rate)
+        if self.faults is not None:
+            out["faults"] = self.faults.to_dict()
         return out
 
     def fingerprint(self) -> str:
@@ -391,7 +405,7 @@ _OVERRIDES = {"qps", "load", "paper_qps", "instances", "horizon_s", "router", "f
               "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "trace_path",
               "capacity_horizon_s", "duration_s", "num_requests", "cpu_kv_gb", "cpu_link_gbps", "cpu_kv_events",
               "cpu_kv_shared", "prefill_instances", "kv_link", "kv_link_gbps", "kv_link_latency_s", "pd",
-              "eviction"}
+              "eviction", "faults", "staleness_policy"}
 #: make_scenario keywords: numeric rules (the rest are names, policies or paths).
 SCENARIO_OVERRIDE_RULES = {
     "qps": QPS, "load": LOAD, "paper_qps": QPS,
@@ -430,7 +444,9 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
     ``prefill_instances``, ``kv_link``, ``kv_link_gbps``, ``kv_link_latency_s`` (P/D pools and link),
     ``horizon_s``, ``duration_s`` / ``num_requests`` (synthetic window),
     ``capacity_horizon_s``, ``router``, ``flow_control``, ``admission``, ``pd``, ``eviction`` (the
-    gateway's demand-driven eviction, :class:`~llmsched_gym.simulator.GatewayConfig`), ``trace_path``.
+    gateway's demand-driven eviction, :class:`~llmsched_gym.simulator.GatewayConfig`), ``trace_path``,
+    ``faults`` (a :class:`~llmsched_gym.faults.FaultSchedule`, a mapping or a YAML path; None: none),
+    ``staleness_policy`` (the saturation detector's ``stalenessPolicy``: saturated, ignore).
     """
     if isinstance(name, Scenario):
         sc = copy.deepcopy(name)
@@ -470,6 +486,12 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
             setattr(sc.gateway, k, overrides.pop(k))
     if "eviction" in overrides:
         sc.gateway.eviction = EvictionConfig.from_value(overrides.pop("eviction"), "eviction")
+    if "faults" in overrides:
+        sc.faults = FaultSchedule.from_value(overrides.pop("faults"))
+    if "staleness_policy" in overrides:  # the utilization detector's stalenessPolicy
+        sc.gateway.saturation = SaturationConfig.from_dict({**sc.gateway.saturation.to_dict(),
+                                                            "staleness_policy": overrides.pop("staleness_policy")},
+                                                           "staleness_policy")
     if "horizon_s" in overrides:
         sc.horizon_s = overrides.pop("horizon_s")
     if "capacity_horizon_s" in overrides:
@@ -489,7 +511,7 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
 
 # ====================================================================== YAML
 _TOP_KEYS = {"name", "description", "cluster", "workload", "gateway", "horizon_s", "qps", "load",
-             "paper_qps", "published_capacity_qps", "default_rate", "capacity_horizon_s"}
+             "paper_qps", "published_capacity_qps", "default_rate", "capacity_horizon_s", "faults"}
 
 
 def _known(path: str, d, allowed) -> dict:
@@ -588,13 +610,25 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
                   workload=workload, gateway=gateway, horizon_s=d.get("horizon_s"),
                   published_capacity_qps=d.get("published_capacity_qps"),
                   default_rate=dict(default_rate),
-                  capacity_horizon_s=float(d.get("capacity_horizon_s", 120.0)))
+                  capacity_horizon_s=float(d.get("capacity_horizon_s", 120.0)),
+                  faults=_faults(f"{source}.faults", d.get("faults")))
     rate = {k: d[k] for k in ("qps", "load", "paper_qps") if d.get(k) is not None}
     if len(rate) > 1:
         raise ConfigError(f"{source}: give at most one of qps, load, paper_qps")
     for k, v in rate.items():
         setattr(sc, k, check_number(f"{source}.{k}", v, **SCENARIO_OVERRIDE_RULES[k]))
     return sc
+
+
+def _faults(path: str, d) -> FaultSchedule | None:
+    """A scenario's ``faults`` section; errors name the field under ``path``."""
+    if isinstance(d, (str, os.PathLike)):
+        raise invalid(path, d, "it must be a mapping of faults (crashes, crash_rate, scrape_outages, stragglers, "
+                      "on_crash, max_retries, seed)")
+    try:
+        return FaultSchedule.from_value(d)
+    except ConfigError as e:
+        raise ConfigError(f"{path.rsplit('.', 1)[0]}: {e}") from None
 
 
 @checked_keywords

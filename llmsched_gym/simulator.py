@@ -40,6 +40,8 @@ from .engine.api import (
     lower_policies,
 )
 from .errors import ConfigError, PolicyError
+from .faults import FaultSchedule
+from .faults import apply as apply_fault
 from .gateway.eviction import EvictionConfig
 from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, check_policy_ref, make_policy
 from .gateway.saturation import SaturationConfig
@@ -397,6 +399,8 @@ class Simulator:
         gateway: a :class:`GatewayConfig`.
         seed: seeds the gateway's generator (policies' randomness).
         horizon_s: stop at this simulated time; requests still running are ``in_flight``.
+        faults: a :class:`~llmsched_gym.faults.FaultSchedule` (or a mapping of its fields, or
+            a YAML file's path): instance crashes, scrape outages, stragglers; None: none.
 
     Several simulators can share one batched state (:func:`simulate_batch`, the vector
     environments); a simulator alone is a batch of one. Built-in policies run inside the
@@ -406,7 +410,7 @@ class Simulator:
 
     def __init__(self, workload: Workload, cluster: ClusterConfig | None = None,
                  gateway: GatewayConfig | None = None, seed: int = 0, horizon_s: float | None = None,
-                 *, batch: bool = True):
+                 faults: FaultSchedule | dict | str | None = None, *, batch: bool = True):
         self.workload = workload
         self.cluster = cluster = cluster or ClusterConfig()
         self.gateway = gateway = gateway or GatewayConfig()
@@ -464,8 +468,39 @@ class Simulator:
         needs = self._codes.router_needs  # what a compiled router keeps in the engine state
         self.inputs.router_block_keys = needs.get("router_block_keys")
         self.inputs.prefix_classes = needs.get("prefix_classes")
+        self._set_faults(FaultSchedule.from_value(faults))
         if batch:
             SimulatorBatch([self])
+
+    def _set_faults(self, faults: FaultSchedule | None) -> None:
+        """The fault schedule's timeline, applied at pause points by :meth:`SimulatorBatch.advance_clusters`."""
+        self.faults = faults
+        self._fault_actions, self._fault_i = [], 0
+        self._slow = [[] for _ in range(self.cluster.instances + 1)]  # each instance's, then the KV link's
+        if faults is None:
+            return
+        faults.check_cluster(self.cluster.instances, bool(self.cluster.prefill_instances),
+                             self.gateway.client_timeout_s is not None)
+        w = self.workload
+        end = self.horizon if self.horizon < np.inf else (float(w.arrival_s[-1]) if len(w) else 0.0)
+        self._fault_actions = faults.timeline(self.cluster.instances, self.seed, end)
+        self.inputs.faults = bool(faults.crashes_possible or faults.scrape_outages)
+        self.inputs.retry_max = faults.max_retries if faults.on_crash == "retry" else 0
+        self.inputs.kv_recompute = faults.kv_load_failure == "recompute"
+
+    @property
+    def next_fault_s(self) -> float:
+        """The time of the next fault action (inf: none left)."""
+        return self._fault_actions[self._fault_i][0] if self._fault_i < len(self._fault_actions) else np.inf
+
+    def _apply_faults(self) -> None:
+        """Apply the fault actions due by now (the cluster paused at their time)."""
+        now = self.now
+        while self._fault_i < len(self._fault_actions) and self._fault_actions[self._fault_i][0] <= now:
+            apply_fault(self.state, self.c, self.cluster.instances, self._fault_actions[self._fault_i], self._slow)
+            self._fault_i += 1
+        if self._cl.log_len:  # a Python router hears of the requests a crash lost before any other finish
+            self._replay_finishes()
 
     def _pd_policy(self, cluster: ClusterConfig, gateway: GatewayConfig):
         """The P/D decision policy (None: the cluster has no prefill pool), checked against
@@ -770,6 +805,8 @@ class Simulator:
         i = int(choice)
         self._cl.status = ST_TIME
         if self.state.dispatch_to(self.c, self.r0 + info.id, i) and self._cl.log_finish:
+            if not P:  # where it went: a crashed instance's pick went to one that is up (faults)
+                i = int(self.table.instance[info.id])
             self.router.on_dispatch(info, i, self.current_view())
 
     def _replay_finishes(self) -> None:
@@ -840,7 +877,30 @@ class SimulatorBatch:
     @staticmethod
     def advance_clusters(state: EngineState, sims: dict, clusters: list[int], until) -> list[str]:
         """Advance ``clusters`` of ``state`` to ``until`` (a time or one per cluster), answering
-        Python policies' pauses; returns each cluster's status name."""
+        Python policies' pauses and applying fault schedules (a cluster stops at each fault
+        action's time, :mod:`llmsched_gym.faults`); returns each cluster's status name."""
+        if not any(sims[c].next_fault_s < np.inf for c in clusters):
+            return SimulatorBatch._advance_plain(state, sims, clusters, until)
+        end = dict(zip(clusters, np.broadcast_to(np.asarray(until, float), (len(clusters),)).tolist()))
+        result, pending = {}, list(clusters)
+        while pending:
+            stops = np.array([min(end[c], sims[c].next_fault_s) for c in pending])
+            statuses = SimulatorBatch._advance_plain(state, sims, pending, stops)
+            again = []
+            for c, st, stop in zip(pending, statuses, stops.tolist()):
+                sim = sims[c]
+                if st == "time" and sim.next_fault_s <= sim.now:
+                    sim._apply_faults()
+                    if stop < end[c]:
+                        again.append(c)
+                        continue
+                result[c] = st
+            pending = again
+        return [result[c] for c in clusters]
+
+    @staticmethod
+    def _advance_plain(state: EngineState, sims: dict, clusters: list[int], until) -> list[str]:
+        """:meth:`advance_clusters` without fault actions."""
         C = state.num_clusters
         active = np.zeros(C, bool)
         active[clusters] = True

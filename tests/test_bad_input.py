@@ -66,6 +66,10 @@ FIXTURES = {
     "input-huge.yaml": GOOD_YAML.replace("input: 100", "input: 1.0e+12"),
     "existing.json": "[]\n",
     "results-dir/results.csv": "an earlier run\n",
+    # issue 31
+    "faults-instance.yaml": "faults:\n  crashes: [{instance: 9, at_s: 1.0}]\n",
+    "faults-unknown.yaml": "crashs: [{instance: 0, at_s: 1.0}]\n",
+    "faults-factor.yaml": "stragglers: [{instance: 0, at_s: 1.0, duration_s: 1.0, factor: -2}]\n",
 }
 FIXTURE_DIRS = ("a-dir",)
 
@@ -193,6 +197,14 @@ CLI_ROWS = [
     row("compare-out-not-creatable", LONG_CMP + ["--out", "/proc/nope"], "/proc/nope", "cannot write", fast=True),
     row("compare-out-empty", LONG_CMP + ["--out", ""], "--out=''", "directory", fast=True),
     row("train-out-not-creatable", ["train", "--out", "/proc/nope"], "/proc/nope", "cannot write", rl=True, fast=True),
+    # ---- faults (issue 31)
+    row("run-faults-missing", RUN + ["--faults", "{F}/nosuch.yaml"], "--faults=", "YAML file of faults"),
+    row("run-faults-instance", RUN + ["--faults", "{F}/faults-instance.yaml"], "faults.crashes[0].instance=9",
+        "the cluster has 2 instances"),
+    row("run-faults-factor", RUN + ["--faults", "{F}/faults-factor.yaml"], "faults.stragglers[0].factor=-2",
+        "(0, 1000]"),
+    row("run-staleness-policy", RUN + ["--staleness-policy", "never"], "--staleness-policy", "ignore"),
+    row("compare-faults-unknown-key", CMP + ["--faults", "{F}/faults-unknown.yaml"], "'crashs'", "scrape_outages"),
     # ---- compare
     row("compare-class-unknown", CMP + ["--class", "foo"], "--class='foo'", "critical, all"),
     row("compare-class-without-scenario", ["compare", "--class", "critical"], "--class needs --scenario"),

@@ -82,7 +82,7 @@ def test_request_larger_than_kv_capacity_is_dropped():
     w = Workload([0.0, 0.0], [400, 64], [10, 10])  # 26 blocks > 20
     sim = simulate(w, kv_blocks=20)
     assert sim.table.counts() == {"in_flight": 0, "finished": 1, "rejected": 0, "expired": 0, "dropped": 1, "evicted": 0,
-                                  "timed_out": 0}
+                                  "timed_out": 0, "crashed": 0}
     assert summarize(sim)["outcomes"]["dropped"] == 1
 
 

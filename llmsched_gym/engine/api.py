@@ -19,6 +19,7 @@ from . import layout as _layout
 from .config import EngineConfig
 from .policies import CompiledForm, PolicyCodes, compiled_form, lower_policies
 from .requests import (
+    CRASHED,
     DROPPED,
     EVICTED,
     EXPIRED,
@@ -34,10 +35,10 @@ from .state import ClusterInputs, EngineState
 from .warmup import BACKGROUND, FOREGROUND, cache_is_cold, compile_subtrees
 
 #: Kernel codes of the compiled policies and of a cluster's status (see docs/architecture.md).
-CODE_PREFIXES = ("ROUTER_", "FLOW_", "ADMIT_", "PD_DECIDE_", "SAT_", "EVICT_", "ST_")
+CODE_PREFIXES = ("ROUTER_", "FLOW_", "ADMIT_", "PD_DECIDE_", "SAT_", "EVICT_", "ST_", "STALE_")
 globals().update({k: v for k, v in vars(_layout).items() if k.startswith(CODE_PREFIXES)})
 STATUS_NAMES = _layout.STATUS_NAMES
 
 __all__ = ["BACKGROUND", "FOREGROUND", "cache_is_cold", "compile_subtrees", "ClusterInputs", "CompiledForm", "EngineConfig", "EngineState", "PolicyCodes", "RequestTable", "compiled_form",
            "lower_policies", "OUTCOME_NAMES", "STATUS_NAMES", "IN_FLIGHT", "FINISHED", "REJECTED", "EXPIRED",
-           "DROPPED", "EVICTED", "TIMED_OUT", "request_records"]
+           "DROPPED", "EVICTED", "TIMED_OUT", "CRASHED", "request_records"]

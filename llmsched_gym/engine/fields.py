@@ -99,6 +99,7 @@ REQUEST_INT = Record("req_i", ("req",), np.int64, ("field", "slot"), prefix="RI"
     Field("RI_PD", doc="its P/D stage (PD_*)"),
     Field("RI_DECODE", default=-1, doc="its decode instance, local (-1: aggregated)"),
     Field("RI_PD_PRIVATE", doc="private blocks held on the prefill instance while its KV transfers"),
+    Field("RI_RETRIES", doc="times the gateway re-sent it after its instance crashed (faults)"),
 ))
 REQUEST_FLOAT = Record("req_f", ("req",), np.float64, ("field", "slot"), prefix="RF", fields=_fields(
     "RF_ARRIVAL",
@@ -131,12 +132,15 @@ INSTANCE_INT = Record("inst_i", ("inst",), np.int64, ("field", "slot"), prefix="
     Field("II_CPU_TAIL", "cpu", default=-1),
     Field("II_CPU_VISIBLE", doc="the precise prefix view counts the tier's units"),
     Field("II_CPU_OWNER", "inst", doc="the instance whose tier use and queue this one uses (shared tier)"),
+    Field("II_DOWN", doc="crashed and not yet restarted (faults): no endpoint, not scraped"),
+    Field("II_NOSCRAPE", doc="scrape outages covering it now (faults): its metrics stop refreshing"),
 ))
 INSTANCE_FLOAT = Record("inst_f", ("inst",), np.float64, ("field", "slot"), prefix="IF", fields=_fields(
     Field("IF_NEXT_T", default=np.inf), "IF_SCR_KV", "IF_SCRAPE_T",
     "IF_LT_TOKENS", Field("IF_CPU_LOAD_US", doc="microseconds to load one token's KV from the CPU tier"),
     Field("IF_ROUTE_W", default=1.0, doc="ROUTER_LMETRIC_WEIGHTED's factor on its LMetric score"),
     Field("IF_STEP_S", doc="seconds of its current (last planned) iteration, for CF_ASYNC_LAG"),
+    Field("IF_SLOW", default=1.0, doc="factor on its iterations' compute time (a straggler, faults)"),
 ))
 RUNNING = Record("run", ("inst",), np.int64, ("slot", "field", "seqs"), prefix="RUN", fields=_fields(
     Field("RUN_ID", "req"), "RUN_INP", "RUN_OUT", "RUN_COMP", "RUN_GEN", "RUN_SHARED", "RUN_TAKE", "RUN_PREFILL",
@@ -162,6 +166,12 @@ CLUSTER_INT = Record("clu_i", ("clu",), np.int64, ("field", "slot"), prefix="CI"
     Field("CI_EVICT_MAX", doc="llm-d's in-flight eviction, most revocations per decision (0: off)"),
     Field("CI_TO_PTR", doc="the next arrival (cluster-local) whose client timeout is still to come"),
     Field("CI_WIN_CAP", doc="LMetric's detector window: the ring's capacity (the requests the cluster was loaded with)"),
+    Field("CI_FAULTS", doc="a fault schedule may crash instances or stop scrapes: per-instance metric ages"),
+    Field("CI_NDOWN", doc="crashed instances not yet restarted"),
+    Field("CI_RETRY_MAX", doc="times the gateway re-sends a request lost to a crash (0: it fails)"),
+    Field("CI_STALE_POLICY", doc="the utilization detector's stalenessPolicy (STALE_*)"),
+    Field("CI_LINK_DOWN", doc="P/D KV link outages now (faults): transfers in flight or starting fail"),
+    Field("CI_KV_RECOMPUTE", doc="a failed KV transfer is recomputed on the decode instance (else the request fails)"),
 ))
 CLUSTER_FLOAT = Record("clu_f", ("clu",), np.float64, ("field", "slot"), prefix="CF", fields=_fields(
     "CF_NOW", "CF_HORIZON", "CF_NEXT_SCRAPE", Field("CF_NEXT_CYCLE", default=np.inf), "CF_SATURATION",
@@ -176,6 +186,8 @@ CLUSTER_FLOAT = Record("clu_f", ("clu",), np.float64, ("field", "slot"), prefix=
     Field("CF_EVICT_GATE", default=-np.inf, doc="the time the next eviction decision may run"),
     Field("CF_ASYNC_LAG", doc="iterations vLLM's async scheduling delays a request's outputs by (0 or 1)"),
     Field("CF_TIMEOUT", doc="the clients' timeout, seconds after arrival (inf: none)"),
+    Field("CF_XFER_SLOW", default=1.0, doc="P/D KV transfer: factor on its time (a slow link, faults)"),
+    Field("CF_LINK_UP_AT", default=-np.inf, doc="P/D KV link: when its last outage ended (faults)"),
 ))
 INDEX = Record("ix", ("ix",), np.int64, ("field", "slot"), prefix="IX", fields=_fields(
     "IX_PRESENT", Field("IX_PREV", "ix", default=-1), Field("IX_NEXT", "ix", default=-1),

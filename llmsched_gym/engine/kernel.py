@@ -46,6 +46,7 @@ from .layout import (
     CF_F1,
     CF_FT_DELAY,
     CF_HORIZON,
+    CF_LINK_UP_AT,
     CF_NEXT_CYCLE,
     CF_NEXT_SCRAPE,
     CF_NOW,
@@ -66,6 +67,7 @@ from .layout import (
     CF_TIMEOUT,
     CF_TTL,
     CF_XFER_LAT,
+    CF_XFER_SLOW,
     CF_XFER_US,
     CI_ACTIVE,
     CI_ADMIT,
@@ -74,20 +76,24 @@ from .layout import (
     CI_BUDGET,
     CI_DECISION,
     CI_EVICT_MAX,
+    CI_FAULTS,
     CI_FLOW,
     CI_HAS_DECISION,
     CI_HEAP_LEN,
     CI_INST0,
     CI_INST1,
     CI_INTEGER_US,
+    CI_KV_RECOMPUTE,
     CI_LAST_ROUTE,
     CI_LAT_KIND,
+    CI_LINK_DOWN,
     CI_LOG_FINISH,
     CI_LOG_LEN,
     CI_MAX_LEN,
     CI_MAX_SEQS,
     CI_NBANDS,
     CI_NCLASSES,
+    CI_NDOWN,
     CI_NPREFILL,
     CI_NSERVE,
     CI_PD,
@@ -95,16 +101,19 @@ from .layout import (
     CI_PTR,
     CI_REQ0,
     CI_REQ1,
+    CI_RETRY_MAX,
     CI_ROUTER,
     CI_RR_NEXT,
     CI_SAT_KIND,
     CI_SKIP,
+    CI_STALE_POLICY,
     CI_STATUS,
     CI_TICK,
     CI_TO_PTR,
     CI_WIN_CAP,
     CI_WIN_HEAD,
     CI_WIN_LEN,
+    CRASHED,
     DROPPED,
     EN_ANON_AFTER,
     EN_BLOCKS,
@@ -127,6 +136,7 @@ from .layout import (
     IF_ROUTE_W,
     IF_SCR_KV,
     IF_SCRAPE_T,
+    IF_SLOW,
     IF_STEP_S,
     II_ANON_FRONT,
     II_CLUSTER,
@@ -139,6 +149,7 @@ from .layout import (
     II_CPU_TAIL,
     II_CPU_USED,
     II_CPU_VISIBLE,
+    II_DOWN,
     II_ENT0,
     II_ENT_DIRECT,
     II_ENT_MASK,
@@ -152,6 +163,7 @@ from .layout import (
     II_IX_TAIL,
     II_LRU_HEAD,
     II_LRU_TAIL,
+    II_NOSCRAPE,
     II_NRUN,
     II_PENDING,
     II_QPREFILL,
@@ -207,6 +219,7 @@ from .layout import (
     RI_PREFILL_EST,
     RI_PREFIX_HIT,
     RI_PRIORITY,
+    RI_RETRIES,
     RI_SCHEDULED,
     RI_UNIT0,
     RI_UNIT1,
@@ -247,6 +260,7 @@ from .layout import (
     ST_HORIZON,
     ST_ROUTE,
     ST_TIME,
+    STALE_IGNORE,
     TIMED_OUT,
     U_BLOCKS,
     U_END,
@@ -931,10 +945,11 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
         if k > 1:
             integer_us = clu_i[CI_INTEGER_US, c]
             p = lat_p[g]  # the instance's own step-time model (a mixed fleet)
+            slow = inst_f[IF_SLOW, g]  # a straggler's factor (1.0: exact, x * 1.0 == x)
             end = t
             for i in range(k):
                 end = end + step_us(kind, p, integer_us, 0, 0.0, 0.0, 0.0, n,
-                                    float(ctx) + float(n) * float(i)) * 1e-6
+                                    float(ctx) + float(n) * float(i)) * slow * 1e-6
                 seg[g, i] = end
             inst_i[II_SEG_LEN, g] = k
             inst_i[II_SEG_USED0, g] = inst_i[II_USED, g]
@@ -959,6 +974,7 @@ def _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, g, 
         pairs += a
         past += b
     step = step_us(kind, lat_p[g], clu_i[CI_INTEGER_US, c], n_pf, sum_t, pairs, past, n_dec, float(ctx))
+    step = step * inst_f[IF_SLOW, g]  # a straggler's factor on the compute (1.0: exact)
     if loaded:  # the CPU tier's KV loads over the host link before the step runs (synchronously)
         step += loaded * inst_f[IF_CPU_LOAD_US, g]
     inst_i[II_SEG_LEN, g] = 0
@@ -1120,15 +1136,18 @@ def _send_kv(req_i, req_f, inst_i, clu_i, clu_f, heap_t, heap_r, c, g, r, privat
     req_i[RI_GENERATED, r] = 0  # the decode instance samples the first output token
     req_i[RI_PD, r] = PD_TRANSFER
     inst_i[II_INFLIGHT, g] -= 1  # the gateway counts it on its decode instance from now on
-    xfer = req_i[RI_INPUT, r] * clu_f[CF_XFER_US, c] * 1e-6 + clu_f[CF_XFER_LAT, c]
+    xfer = (req_i[RI_INPUT, r] * clu_f[CF_XFER_US, c] * 1e-6 + clu_f[CF_XFER_LAT, c]) * clu_f[CF_XFER_SLOW, c]
     req_f[RF_TRANSFER, r] = xfer
     _heap_push(heap_t, heap_r, clu_i, c, t + xfer, r)
 
 
 @njit(cache=True)
-def _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, c, r, t):
+def _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, c, r, t):
     """``r``'s KV transfer is done at ``t``: the prefill instance frees its blocks, and
-    ``r`` joins its decode instance's queue (admitted by :func:`_admit_transferred`)."""
+    ``r`` joins its decode instance's queue (admitted by :func:`_admit_transferred`). A
+    transfer the link lost (an outage while it was in flight, faults) is vLLM's KV load
+    failure: the decode instance recomputes the prompt (``kv_load_failure_policy:
+    recompute``), or the request fails (``fail``, vLLM's default): outcome CRASHED."""
     i0 = clu_i[CI_INST0, c]
     p = i0 + req_i[RI_INSTANCE, r]
     _release(req_i, unit_i, inst_i, ent, p, r, req_i[RI_PD_PRIVATE, r])
@@ -1137,8 +1156,22 @@ def _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_
     # never runs a decode segment: its requests leave at their first token).
     if inst_f[IF_NEXT_T, p] == np.inf and inst_i[II_WQ_LEN, p]:
         _plan(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, p, t)
-    req_i[RI_PD, r] = PD_ARRIVED
     d = i0 + req_i[RI_DECODE, r]
+    req_i[RI_PD, r] = PD_ARRIVED
+    # lost on the link: an outage now, or one that ended after it was sent
+    if clu_i[CI_LINK_DOWN, c] or clu_f[CF_LINK_UP_AT, c] > t - req_f[RF_TRANSFER, r]:
+        if not clu_i[CI_KV_RECOMPUTE, c]:
+            inst_i[II_INFLIGHT, d] -= 1
+            clu_i[CI_ACTIVE, c] -= 1
+            _final(req_i, req_f, r, t, CRASHED)
+            router = clu_i[CI_ROUTER, c]
+            if router == ROUTER_LEAST_TOKENS or router == ROUTER_BAILIAN_SAMPLING:
+                inst_f[IF_LT_TOKENS, d] -= req_f[RF_SENT, r]
+            if clu_i[CI_LOG_FINISH, c]:
+                log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
+                clu_i[CI_LOG_LEN, c] += 1
+            return
+        req_i[RI_PD, r] = PD_DECODE  # runs whole on the decode instance: its prefill recomputed there
     inst_i[II_PENDING, d] += 1  # counted off by _enqueue
     _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, d, r, t)
 
@@ -1178,6 +1211,11 @@ def scrape(run, inst_i, inst_f, seg, clu_i, clu_f, c, t):
     bs = clu_i[CI_BS, c]
     per = np.empty(n)
     for g in range(i0, i1):
+        if inst_i[II_NOSCRAPE, g] or inst_i[II_DOWN, g]:  # its scrape fails (faults): the metrics age
+            if g - i0 < n:
+                per[g - i0] = max(inst_i[II_SCR_WAITING, g] / clu_f[CF_SAT_QUEUE, c],
+                                  inst_f[IF_SCR_KV, g] / clu_f[CF_SAT_KV, c])
+            continue
         w = inst_i[II_WQ_LEN, g] + inst_i[II_PENDING, g]
         inst_i[II_SCR_WAITING, g] = w
         inst_i[II_SCR_RUNNING, g] = inst_i[II_NRUN, g]
@@ -1206,11 +1244,26 @@ def saturation_now(inst_i, inst_f, clu_i, clu_f, c):
     i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
     if kind == SAT_UTILIZATION:
+        if clu_i[CI_FAULTS, c] or clu_i[CI_STALE_POLICY, c] == STALE_IGNORE:
+            n_prefill = clu_i[CI_NPREFILL, c]
+            if n_prefill:  # the most saturated pool
+                return max(_utilization_of(inst_i, inst_f, clu_i, clu_f, c, i0, i0 + n_prefill),
+                           _utilization_of(inst_i, inst_f, clu_i, clu_f, c, i0 + n_prefill, i1))
+            return _utilization_of(inst_i, inst_f, clu_i, clu_f, c, i0, i1)
         if clu_f[CF_SCRAPE_INT, c] > 0 and clu_f[CF_NOW, c] - inst_f[IF_SCRAPE_T, i0] > clu_f[CF_SAT_STALE, c]:
             return 1.0
         return clu_f[CF_SATURATION, c]
     max_req, max_tok = clu_f[CF_SAT_MAX_REQ, c], clu_f[CF_SAT_MAX_TOK, c]
     n_prefill = clu_i[CI_NPREFILL, c]
+    if clu_i[CI_NDOWN, c] and not n_prefill:  # a crashed instance is no endpoint: the capacity of the others
+        per = np.empty(n)
+        k = 0
+        for g in range(i0, i1):
+            if not inst_i[II_DOWN, g]:
+                inflight, queued = inst_i[II_INFLIGHT, g] / max_req, inst_i[II_QPREFILL, g] / max_tok
+                per[k] = inflight if kind == SAT_REQUESTS else queued if kind == SAT_TOKENS else max(inflight, queued)
+                k += 1
+        return pairwise_sum(per, 0, k) / k if k else 1.0
     if n_prefill:
         per = np.empty(n)
         for g in range(i0, i1):
@@ -1225,6 +1278,54 @@ def saturation_now(inst_i, inst_f, clu_i, clu_f, c):
     for g in range(i0, i1):
         per[g - i0] = max(inst_i[II_INFLIGHT, g] / max_req, inst_i[II_QPREFILL, g] / max_tok)
     return pairwise_sum(per, 0, n) / n
+
+
+@njit(cache=True)
+def _stale(inst_i, inst_f, clu_i, clu_f, c, g):
+    """Whether instance ``g``'s metrics are strictly older than the staleness threshold
+    (a scrape interval of 0 refreshes them at every event, unless its scrapes fail)."""
+    if clu_f[CF_SCRAPE_INT, c] <= 0 and not (inst_i[II_NOSCRAPE, g] or inst_i[II_DOWN, g]):
+        return False
+    return clu_f[CF_NOW, c] - inst_f[IF_SCRAPE_T, g] > clu_f[CF_SAT_STALE, c]
+
+
+@njit(cache=True)
+def _utilization_of(inst_i, inst_f, clu_i, clu_f, c, g0, g1):
+    """llm-d's utilization detector over the endpoints among instances ``g0:g1`` (a crashed
+    instance is none), metric age per instance: a stale endpoint scores 1.0
+    (``stalenessPolicy: saturated``) or leaves the average (``ignore``; all stale: 0.0); no
+    endpoint: 1.0. With every endpoint fresh this is the scrape's value, bit for bit."""
+    per = np.empty(g1 - g0)
+    k = endpoints = 0
+    ignore = clu_i[CI_STALE_POLICY, c] == STALE_IGNORE
+    for g in range(g0, g1):
+        if inst_i[II_DOWN, g]:
+            continue
+        endpoints += 1
+        if _stale(inst_i, inst_f, clu_i, clu_f, c, g):
+            if not ignore:
+                per[k] = 1.0
+                k += 1
+            continue
+        per[k] = max(inst_i[II_SCR_WAITING, g] / clu_f[CF_SAT_QUEUE, c], inst_f[IF_SCR_KV, g] / clu_f[CF_SAT_KV, c])
+        k += 1
+    if endpoints == 0:
+        return 1.0
+    if k == 0:
+        return 0.0
+    return pairwise_sum(per, 0, k) / k
+
+
+@njit(cache=True)
+def _next_stale(inst_i, inst_f, clu_i, clu_f, c, t):
+    """The first time after ``t`` at which an endpoint's metrics go stale (inf: none)."""
+    i0 = clu_i[CI_INST0, c]
+    out = np.inf
+    for g in range(i0, i0 + clu_i[CI_NSERVE, c]):
+        at = inst_f[IF_SCRAPE_T, g] + clu_f[CF_SAT_STALE, c]
+        if at > t and not inst_i[II_DOWN, g]:
+            out = min(out, at)
+    return out
 
 
 @njit(cache=True)
@@ -1679,8 +1780,17 @@ def _ix_insert(req_i, inst_i, clu_f, bkey, ix, c, g, r):
 
 @njit(cache=True)
 def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i):
-    """Send request ``r`` to local instance ``i`` now; returns False if it was dropped."""
+    """Send request ``r`` to local instance ``i`` now; returns False if it was dropped (or
+    lost: every instance is down). A crashed instance is no endpoint: a pick of it goes to
+    the serving instance with the fewest requests in flight (lowest index on ties)."""
     now = clu_f[CF_NOW, c]
+    if clu_i[CI_NDOWN, c] and inst_i[II_DOWN, clu_i[CI_INST0, c] + i]:
+        i = _up_instance(inst_i, clu_i, c)
+        if i < 0:
+            clu_i[CI_ACTIVE, c] -= 1
+            req_f[RF_DISPATCH, r] = now
+            _final(req_i, req_f, r, now, CRASHED)
+            return False
     g = clu_i[CI_INST0, c] + i
     req_f[RF_DISPATCH, r] = now
     req_i[RI_INSTANCE, r] = i
@@ -1701,6 +1811,17 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
     inst_i[II_PENDING, g] += 1
     _heap_push(heap_t, heap_r, clu_i, c, now + req_f[RF_DELAY, r], r)
     return True
+
+
+@njit(cache=True)
+def _up_instance(inst_i, clu_i, c):
+    """The serving instance that is up with the fewest requests in flight (-1: none)."""
+    i0 = clu_i[CI_INST0, c]
+    best, pick = np.iinfo(np.int64).max, -1
+    for g in range(i0, i0 + clu_i[CI_NSERVE, c]):
+        if not inst_i[II_DOWN, g] and inst_i[II_INFLIGHT, g] < best:
+            best, pick = inst_i[II_INFLIGHT, g], g - i0
+    return pick
 
 
 @njit(cache=True)
@@ -1821,6 +1942,12 @@ def _arrive(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, aprob, 
         clu_i[CI_ACTIVE, c] -= 1
         _final(req_i, req_f, r, t, REJECTED)
         return
+    _band_append(req_i, req_f, clu_f, bq, c, b, r, t)
+
+
+@njit(cache=True)
+def _band_append(req_i, req_f, clu_f, bq, c, b, r, t):
+    """``r`` joins the tail of band ``b``'s queue at ``t``; a dispatch cycle runs then."""
     req_i[RI_NEXT, r] = -1
     tail = bq[BQ_TAIL, c, b]
     if tail >= 0:
@@ -1969,6 +2096,105 @@ def _abort(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, log, c, r, t, o
         prev, q = q, req_i[RI_NEXT, q]
 
 
+# ===================================================================== faults
+@njit(cache=True)
+def crash(req_i, req_f, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, heap_t, heap_r, log, c, i, t):
+    """Local instance ``i`` of cluster ``c`` crashes at ``t`` (a fault; the cluster paused at
+    ``t``). Its running and waiting requests and those on their way to it are lost to it; its
+    KV blocks and prefix cache are gone (its CPU tier, a store outside the engine process, is
+    kept). The gateway stops counting them there and re-sends each (prefill redone, output
+    regenerated, TTFT from the new first token: :data:`RI_RETRIES` + 1) through its band queue
+    while it has retries left (``CI_RETRY_MAX``), else it ends ``CRASHED``. Until
+    :func:`restart` the instance is no endpoint and is not scraped. Returns the requests lost."""
+    i0 = clu_i[CI_INST0, c]
+    g = i0 + i
+    if inst_i[II_DOWN, g]:
+        return 0
+    inst_i[II_DOWN, g] = 1
+    clu_i[CI_NDOWN, c] += 1
+    R = run[g]
+    lost = np.empty(inst_i[II_NRUN, g] + inst_i[II_WQ_LEN, g] + inst_i[II_PENDING, g], np.int64)
+    k = 0
+    m = inst_i[II_SEG_LEN, g]
+    for j in range(inst_i[II_NRUN, g]):
+        r = R[RUN_ID, j]
+        if req_i[RI_OUTCOME, r] != IN_FLIGHT:  # aborted already, to be dropped at the step's end
+            clu_i[CI_ACTIVE, c] -= 1
+            req_i[RI_HELD, r] = 0
+            continue
+        req_i[RI_GENERATED, r] = R[RUN_GEN, j] + (np.searchsorted(seg[g, :m], t, side="right") if m else 0)
+        lost[k] = r
+        k += 1
+    q = inst_i[II_WQ_HEAD, g]
+    while q >= 0:
+        lost[k] = q
+        k += 1
+        q = req_i[RI_NEXT, q]
+    base, n = clu_i[CI_REQ0, c], clu_i[CI_HEAP_LEN, c]  # on their way to it: out of the heap
+    keep_t, keep_r = np.empty(n), np.empty(n, np.int64)
+    kept = 0
+    for h in range(n):
+        r = heap_r[base + h]
+        if req_i[RI_PD, r] != PD_TRANSFER and req_i[RI_INSTANCE, r] == i:
+            if req_i[RI_OUTCOME, r] != IN_FLIGHT:
+                clu_i[CI_ACTIVE, c] -= 1
+            else:
+                lost[k] = r
+                k += 1
+        else:
+            keep_t[kept], keep_r[kept] = heap_t[base + h], r
+            kept += 1
+    clu_i[CI_HEAP_LEN, c] = 0
+    for h in range(kept):
+        _heap_push(heap_t, heap_r, clu_i, c, keep_t[h], keep_r[h])
+    # The instance restarts empty: no batch, queue, KV blocks or prefix cache.
+    e0 = inst_i[II_ENT0, g]
+    for e in range(e0, e0 + inst_i[II_ENT_MASK, g] + 1):
+        ent[e, EN_KEY] = 0
+    inst_i[II_NRUN, g], inst_i[II_WQ_LEN, g], inst_i[II_PENDING, g], inst_i[II_SEG_LEN, g] = 0, 0, 0, 0
+    inst_i[II_WQ_HEAD, g], inst_i[II_WQ_TAIL, g], inst_i[II_LRU_HEAD, g], inst_i[II_LRU_TAIL, g] = -1, -1, -1, -1
+    inst_i[II_USED, g], inst_i[II_EVICTABLE, g], inst_i[II_ANON_FRONT, g] = 0, 0, inst_i[II_TOTAL, g]
+    inst_f[IF_NEXT_T, g], inst_f[IF_STEP_S, g] = np.inf, 0.0
+    lost = np.sort(lost[:k])  # in arrival order
+    least = clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING
+    for r in lost:
+        inst_i[II_INFLIGHT, g] -= 1  # the gateway hears of the failure
+        inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]
+        req_i[RI_PREFILL_EST, r] = 0
+        req_i[RI_HELD, r] = 0
+        if least:
+            inst_f[IF_LT_TOKENS, g] -= req_f[RF_SENT, r]
+        if clu_i[CI_LOG_FINISH, c]:  # a Python router hears of it as of a finish
+            log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
+            clu_i[CI_LOG_LEN, c] += 1
+        b = req_i[RI_BAND, r]
+        if req_i[RI_RETRIES, r] < clu_i[CI_RETRY_MAX, c] and bq[BQ_LEN, c, b] < clu_i[CI_BAND_CAP, c]:
+            req_i[RI_RETRIES, r] += 1  # re-sent: joins its band queue, dispatched by the next cycle
+            req_i[RI_GENERATED, r] = 0
+            req_f[RF_FIRST, r] = np.nan
+            _band_append(req_i, req_f, clu_f, bq, c, b, r, t)
+        else:
+            clu_i[CI_ACTIVE, c] -= 1
+            _final(req_i, req_f, r, t, CRASHED)
+            if req_f[RF_FIRST, r] > t:  # its first token had not reached the client
+                req_f[RF_FIRST, r] = np.nan
+    return k
+
+
+@njit(cache=True)
+def restart(inst_i, inst_f, clu_i, c, i, t):
+    """Local instance ``i`` of cluster ``c``, crashed, is up again at ``t``: an endpoint with
+    fresh metrics of an empty instance (unless a scrape outage covers it)."""
+    g = clu_i[CI_INST0, c] + i
+    if not inst_i[II_DOWN, g]:
+        return
+    inst_i[II_DOWN, g] = 0
+    clu_i[CI_NDOWN, c] -= 1
+    if not inst_i[II_NOSCRAPE, g]:
+        inst_i[II_SCR_WAITING, g], inst_i[II_SCR_RUNNING, g] = 0, 0
+        inst_f[IF_SCR_KV, g], inst_f[IF_SCRAPE_T, g] = 0.0, t
+
+
 @njit(cache=True)
 def _reclaim(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, bq, ceil_ext, heap_r, log, c, blocked, nb, s,
              open_now, t):
@@ -2012,11 +2238,20 @@ def _reclaim(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, bq, ceil_ext,
 def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, ceil_ext, heap_t, heap_r,
                     log, bkey, ix, win_t, win_c, ccount, lat_p, rng, c, t):
     """One dispatch cycle: expire, then dispatch at most one request, highest band first,
-    stopping at the first band whose ceiling is <= the saturation."""
-    expire(req_i, req_f, clu_i, clu_f, bq, c, t)
-    s = saturation_now(inst_i, inst_f, clu_i, clu_f, c)
+    stopping at the first band whose ceiling is <= the saturation. Without flow control only
+    requests re-sent after a crash queue here: they are all dispatched at once."""
     nb = clu_i[CI_NBANDS, c]
     kind = clu_i[CI_FLOW, c]
+    if kind == FLOW_NONE:
+        for b in range(nb):
+            while bq[BQ_LEN, c, b] and clu_i[CI_STATUS, c] != ST_ROUTE:
+                r = _band_pop(req_i, bq, c, b)
+                _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t,
+                          win_c, ccount, lat_p, rng, c, r)
+        clu_f[CF_NEXT_CYCLE, c] = t if bq[BQ_LEN, c, :nb].sum() else np.inf  # the rest after a Python decision
+        return
+    expire(req_i, req_f, clu_i, clu_f, bq, c, t)
+    s = saturation_now(inst_i, inst_f, clu_i, clu_f, c)
     open_now = True
     gated_from = 1.0 / (1.0 + clu_f[CF_F0, c])  # where the last band starts to be gated (0.5 at ramp 1)
     if kind == FLOW_SOFT_REFLECTIVE and gated_from <= s < 1.0:
@@ -2058,6 +2293,8 @@ def _dispatch_cycle(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, 
         # stale), unless a request expires first.
         wake = min(clu_f[CF_NEXT_SCRAPE, c], oldest + clu_f[CF_TTL, c])
         stale_at = inst_f[IF_SCRAPE_T, clu_i[CI_INST0, c]] + clu_f[CF_SAT_STALE, c]
+        if clu_i[CI_FAULTS, c]:  # metrics age per instance
+            stale_at = _next_stale(inst_i, inst_f, clu_i, clu_f, c, t)
         if stale_at > t:
             wake = min(wake, stale_at)
         if clu_i[CI_EVICT_MAX, c] and clu_f[CF_EVICT_GATE, c] > t:  # the next eviction decision
@@ -2125,7 +2362,7 @@ def _advance_cluster(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i,
         elif t_elig == t:
             r = _heap_pop(heap_t, heap_r, clu_i, c)
             if req_i[RI_PD, r] == PD_TRANSFER:
-                _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p, c, r, t)
+                _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, lat_p, log, c, r, t)
             else:
                 _enqueue(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, lat_p,
                          i0 + req_i[RI_INSTANCE, r], r, t)

@@ -13,6 +13,10 @@ globals().update(constants())
 # Saturation detectors (SaturationConfig: kind, concurrency mode).
 SAT_UTILIZATION, SAT_REQUESTS, SAT_TOKENS, SAT_HYBRID = range(4)
 
+# The utilization detector's stalenessPolicy (llm-d-router): a stale endpoint scores 1.0, or
+# leaves the average (an all-stale pool is 0.0).
+STALE_SATURATED, STALE_IGNORE = range(2)
+
 # Eviction orders (EngineConfig.eviction).
 EVICT_CACHED_LAST, EVICT_VLLM = range(2)
 
@@ -32,7 +36,7 @@ PD_AGGREGATED, PD_PREFILL, PD_TRANSFER, PD_ARRIVED, PD_DECODE = range(5)
 PD_DECIDE_ALWAYS, PD_DECIDE_LLMD, PD_DECIDE_DYNAMO = range(3)
 
 # Outcomes (same codes as llmsched_gym.engine.requests).
-IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED, TIMED_OUT = range(7)
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED, TIMED_OUT, CRASHED = range(8)
 
 #: Decode iterations planned at once (bounds the per-instance segment buffer). A shorter
 #: cap would not change any iteration, but the extra segment ends are events at which a

@@ -11,9 +11,11 @@ from ..workloads.workload import Workload
 # Outcome codes (docs/architecture.md). IN_FLIGHT covers every request not yet in a final state.
 # EVICTED: dispatched, then revoked by the gateway's demand-driven eviction (llm-d).
 # TIMED_OUT: its client gave up (GatewayConfig.client_timeout_s) before the last token.
-IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED, TIMED_OUT = 0, 1, 2, 3, 4, 5, 6
+# CRASHED: lost to a crash of its instance (faults): not re-sent, out of retries, or no instance up.
+IN_FLIGHT, FINISHED, REJECTED, EXPIRED, DROPPED, EVICTED, TIMED_OUT, CRASHED = 0, 1, 2, 3, 4, 5, 6, 7
 OUTCOME_NAMES = {IN_FLIGHT: "in_flight", FINISHED: "finished", REJECTED: "rejected",
-                 EXPIRED: "expired", DROPPED: "dropped", EVICTED: "evicted", TIMED_OUT: "timed_out"}
+                 EXPIRED: "expired", DROPPED: "dropped", EVICTED: "evicted", TIMED_OUT: "timed_out",
+                 CRASHED: "crashed"}
 
 
 class RequestTable:
@@ -22,7 +24,7 @@ class RequestTable:
     Fields (docs/architecture.md records): ``instance``, ``dispatch_t``, ``first_token_t``,
     ``finish_t``, ``end_t`` (time the outcome became final), ``prefix_hit`` (cached
     prompt tokens at first scheduling), ``cpu_hit`` (the part of them loaded from the CPU
-    KV tier), ``scheduled_once``, ``preemptions``,
+    KV tier), ``scheduled_once``, ``preemptions``, ``retries`` (re-sent after a crash),
     ``generated`` (output tokens emitted so far, kept across preemptions), ``outcome``,
     and with P/D disaggregation ``decode_instance`` (-1: not disaggregated; ``instance`` is
     then the prefill instance) and ``transfer_s`` (its KV transfer, nan if none);
@@ -44,6 +46,7 @@ class RequestTable:
             RI_OUTCOME,
             RI_PREEMPTIONS,
             RI_PREFIX_HIT,
+            RI_RETRIES,
             RI_SCHEDULED,
         )
 
@@ -63,6 +66,7 @@ class RequestTable:
         self.cpu_hit = ri[RI_CPU_HIT, r0:r1]
         self._scheduled = ri[RI_SCHEDULED, r0:r1]
         self.preemptions = ri[RI_PREEMPTIONS, r0:r1]
+        self.retries = ri[RI_RETRIES, r0:r1]
         self.outcome = ri[RI_OUTCOME, r0:r1]
         self.dispatch_t = rf[RF_DISPATCH, r0:r1]
         self.first_token_t = rf[RF_FIRST, r0:r1]
@@ -95,13 +99,14 @@ def request_records(table: RequestTable, now: float | None = None) -> dict[str, 
     """Per-request columns: times in seconds, NaN where an event did not happen.
 
     ``ttft_or_wait`` is the TTFT, or for a request that never got a first token the
-    time it waited for one: until it expired or was evicted, or until ``now`` (the simulation's
-    clock, if given) for a request that arrived and is still waiting. ``censored``
-    marks those lower bounds.
+    time it waited for one: until it expired, was evicted or timed out, or was lost to a
+    crash, or until ``now`` (the simulation's clock, if given) for a request that arrived
+    and is still waiting. ``censored`` marks those lower bounds.
     """
     ttft = table.first_token_t - table.arrival
     no_first = np.isnan(table.first_token_t)
-    gave_up = no_first & ((table.outcome == EXPIRED) | (table.outcome == EVICTED) | (table.outcome == TIMED_OUT))
+    gave_up = no_first & ((table.outcome == EXPIRED) | (table.outcome == EVICTED) | (table.outcome == TIMED_OUT)
+                          | (table.outcome == CRASHED))
     wait = np.where(gave_up, table.end_t - table.arrival, np.nan)
     if now is not None:
         waiting = no_first & (table.outcome == IN_FLIGHT) & (table.arrival <= now)
@@ -114,7 +119,7 @@ def request_records(table: RequestTable, now: float | None = None) -> dict[str, 
         "finish": table.finish_t, "priority": table.priority, "instance": table.instance,
         "input_tokens": table.input, "output_tokens": table.output, "prefix_hit_tokens": table.prefix_hit,
         "cpu_hit_tokens": table.cpu_hit,
-        "preemptions": table.preemptions, "outcome": table.outcome,
+        "preemptions": table.preemptions, "retries": table.retries, "outcome": table.outcome,
         "ttft": ttft, "tpot": tpot, "e2e": table.finish_t - table.arrival,
         "ttft_or_wait": np.where(censored, wait, ttft), "censored": censored,
     }

@@ -42,6 +42,7 @@ from .layout import (
     CI_BS,
     CI_BUDGET,
     CI_EVICT_MAX,
+    CI_FAULTS,
     CI_INST0,
     CI_INST1,
     CI_INTEGER_US,
@@ -55,8 +56,10 @@ from .layout import (
     CI_PTR,
     CI_REQ0,
     CI_REQ1,
+    CI_RETRY_MAX,
     CI_SAT_KIND,
     CI_SKIP,
+    CI_STALE_POLICY,
     CI_WIN_CAP,
     IF_CPU_LOAD_US,
     II_ANON_FRONT,
@@ -91,6 +94,8 @@ from .layout import (
     SAT_TOKENS,
     SAT_UTILIZATION,
     SEGMENT_CHUNK,
+    STALE_IGNORE,
+    STALE_SATURATED,
     U_BLOCKS,
     U_END,
     U_KEY,
@@ -275,6 +280,9 @@ class ClusterInputs:
     eviction: object = None  # llmsched_gym.gateway.eviction.EvictionConfig (None: off)
     instance_latency: tuple | None = None  # one StepTimeModel per instance, of one kind (None: `latency` for all)
     client_timeout_s: float = np.inf  # clients abort a request this long after its arrival
+    faults: bool = False  # a fault schedule may crash instances or stop scrapes (metric ages per instance)
+    retry_max: int = 0  # times the gateway re-sends a request lost to a crash
+    kv_recompute: bool = False  # P/D: a KV transfer the link lost is recomputed on the decode instance (else fails)
     units: tuple | None = field(default=None, repr=False)  # _keys_of's result, once computed
 
 
@@ -614,6 +622,9 @@ class EngineState:
                               {"requests": SAT_REQUESTS, "tokens": SAT_TOKENS, "hybrid": SAT_HYBRID}[sat.concurrency_mode])
         cf[CF_SAT_QUEUE, c], cf[CF_SAT_KV, c] = float(sat.queue_depth_threshold), float(sat.kv_cache_util_threshold)
         cf[CF_SAT_STALE, c] = sat.metrics_staleness_threshold_s
+        ci[CI_STALE_POLICY, c] = STALE_IGNORE if sat.staleness_policy == "ignore" else STALE_SATURATED
+        ci[CI_FAULTS, c], ci[CI_RETRY_MAX, c] = int(x.faults), x.retry_max
+        ci[LAYOUT["CI_KV_RECOMPUTE"], c] = int(x.kv_recompute)
         cf[CF_SAT_MAX_REQ, c], cf[CF_SAT_MAX_TOK, c] = sat.max_concurrency, sat.max_token_concurrency
         ev = x.eviction
         ci[CI_EVICT_MAX, c] = 0 if ev is None else ev.max_revocations_per_decision
@@ -667,6 +678,46 @@ class EngineState:
         if self.bands.len[c].any():
             cf = self.clu_f
             cf[LAYOUT["CF_NEXT_CYCLE"], c] = min(cf[LAYOUT["CF_NEXT_CYCLE"], c], cf[LAYOUT["CF_NOW"], c])
+
+    def crash(self, c: int, i: int) -> int:
+        """Local instance ``i`` of cluster ``c`` crashes now (a fault; see the kernel's ``crash``):
+        what it held is re-sent or lost, its KV and prefix cache are gone, and it is no endpoint
+        until :meth:`restart`. Returns the requests it lost."""
+        return int(kernel.crash(self.req_i, self.req_f, self.inst_i, self.inst_f, self.ent, self.run, self.seg,
+                                self.clu_i, self.clu_f, self.bq, self.heap_t, self.heap_r, self.log, c, i,
+                                float(self.clu_f[CF_NOW, c])))
+
+    def restart(self, c: int, i: int) -> None:
+        """Crashed local instance ``i`` of cluster ``c`` serves again from now, empty."""
+        kernel.restart(self.inst_i, self.inst_f, self.clu_i, c, i, float(self.clu_f[CF_NOW, c]))
+        self.wake_dispatch(c)
+
+    def block_scrapes(self, c: int, i: int, on: bool) -> None:
+        """A scrape outage of local instance ``i`` of cluster ``c`` starts (``on``) or ends now:
+        its metrics stop refreshing (outages may overlap)."""
+        g = int(self.inst_off[c]) + i
+        self.inst_i[LAYOUT["II_NOSCRAPE"], g] += 1 if on else -1
+        self.wake_dispatch(c)
+
+    def set_slowdown(self, c: int, i: int, factor: float) -> None:
+        """Local instance ``i`` of cluster ``c`` prices its iterations ``factor`` times their step
+        time from its next iteration (a straggler; 1.0: normal). A decode segment planned at the
+        old speed ends at its first iteration end from now."""
+        g = int(self.inst_off[c]) + i
+        self.inst_f[LAYOUT["IF_SLOW"], g] = factor
+        kernel._cut_segment(self.inst_i, self.inst_f, self.seg, g, float(self.clu_f[CF_NOW, c]))
+
+    def set_link_slowdown(self, c: int, factor: float) -> None:
+        """P/D KV transfers of cluster ``c`` sent from now take ``factor`` times their time (a
+        slow link; 1.0: normal)."""
+        self.clu_f[LAYOUT["CF_XFER_SLOW"], c] = factor
+
+    def link_outage(self, c: int, on: bool) -> None:
+        """An outage of cluster ``c``'s P/D KV link starts (``on``) or ends now: a transfer
+        in flight at any time during it, or sent during it, is lost (outages may overlap)."""
+        self.clu_i[LAYOUT["CI_LINK_DOWN"], c] += 1 if on else -1
+        if not on:
+            self.clu_f[LAYOUT["CF_LINK_UP_AT"], c] = self.clu_f[CF_NOW, c]
 
     def set_route_weights(self, clusters, weights: np.ndarray) -> None:
         """Factors on each instance's LMetric score (``ROUTER_LMETRIC_WEIGHTED``, Gateway-v0's

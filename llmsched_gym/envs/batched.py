@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from ..engine.borrow import borrowed
-from ..engine.kernel import advance, cached_tokens, dispatch_decided, fits_all, pairwise_sum
+from ..engine.kernel import advance, cached_tokens, dispatch_decided, fits_all, pairwise_sum, saturation_now
 from ..engine.layout import (
     BQ_HEAD,
     BQ_LEN,
@@ -23,6 +23,7 @@ from ..engine.layout import (
     CF_NEXT_CYCLE,
     CF_NOW,
     CF_SATURATION,
+    CI_FAULTS,
     CI_INST0,
     CI_LAST_ROUTE,
     CI_MAX_SEQS,
@@ -32,10 +33,12 @@ from ..engine.layout import (
     CI_PTR,
     CI_REQ0,
     CI_STATUS,
+    CRASHED,
     DROPPED,
     EVICTED,
     EXPIRED,
     IF_SCR_KV,
+    IF_SCRAPE_T,
     II_INFLIGHT,
     II_QPREFILL,
     II_SCR_RUNNING,
@@ -94,7 +97,8 @@ def common_obs(req_f, inst_i, inst_f, clu_i, clu_f, bq, sim_bands, sat, running,
     for c in range(C):
         i0 = clu_i[CI_INST0, c]
         now = clu_f[CF_NOW, c]
-        sat[c, 0] = clu_f[CF_SATURATION, c]
+        # the detector's value (metric ages per instance under faults), else the last scrape's
+        sat[c, 0] = saturation_now(inst_i, inst_f, clu_i, clu_f, c) if clu_i[CI_FAULTS, c] else clu_f[CF_SATURATION, c]
         seqs = clu_i[CI_MAX_SEQS, c]
         for i in range(I):
             g = i0 + i
@@ -109,6 +113,16 @@ def common_obs(req_f, inst_i, inst_f, clu_i, clu_f, bq, sim_bands, sat, running,
             n = bq[BQ_LEN, c, b]
             band_len[c, sim_bands[c, b]] = n
             band_wait[c, sim_bands[c, b]] = now - req_f[RF_ENQUEUED, bq[BQ_HEAD, c, b]] if n else 0.0
+
+
+@njit(cache=True)
+def metric_age(inst_f, clu_i, clu_f, age):
+    """Seconds since each instance's metrics were scraped (the ``metric_age`` key)."""
+    C, I = age.shape
+    for c in range(C):
+        i0 = clu_i[CI_INST0, c]
+        for i in range(I):
+            age[c, i] = clu_f[CF_NOW, c] - inst_f[IF_SCRAPE_T, i0 + i]
 
 
 @njit(cache=True)
@@ -159,7 +173,8 @@ def track_costs(req_i, req_f, clu_i, clu_f, trk, wband, e2e, penalty, scale, fin
             stop = req_f[RF_FINISH, r] if e2e else req_f[RF_FIRST, r]
             known = not np.isnan(stop)
             out = req_i[RI_OUTCOME, r]
-            unserved = out == REJECTED or out == EXPIRED or out == DROPPED or (out == EVICTED and not known)
+            unserved = (out == REJECTED or out == EXPIRED or out == DROPPED
+                        or ((out == EVICTED or out == CRASHED) and not known))
             end = stop if known else (req_f[RF_END, r] if unserved else np.inf)
             if fin:
                 upto = end if (known or unserved) else t
@@ -201,7 +216,7 @@ def arrival_rates(req_i, clu_i, sim_bands, prev, interval, out):
 # ===================================================================== fused step
 #: The raw observation buffers of :func:`observe`, in this order (observed or not).
 RAW_KEYS = ("saturation", "running", "waiting", "kv_util", "in_flight", "prefill_tokens", "band_length",
-            "band_oldest_wait", "prefix_hit", "request", "band_arrival_rate")
+            "band_oldest_wait", "prefix_hit", "request", "band_arrival_rate", "metric_age")
 #: Normalization codes of core.TRANSFORMS ("frac" and "sat" are the identity).
 NORM_CODES = {"count": 0, "tokens": 1, "time": 2, "frac": 3, "sat": 3, "request": 4}
 _LOG2 = np.log(2.0)
@@ -249,6 +264,7 @@ def observe(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, sim_ban
         action_masks(req_i, inst_i, clu_i, masks)
     else:
         raw[:, o[10]:o[11]] = arrival_rate
+    metric_age(inst_f, clu_i, clu_f, raw[:, o[11]:o[12]])
     for k in range(len(keys)):
         j = keys[k]
         _normalize(raw[:, o[j]:o[j + 1]], out[:, out_off[k]:out_off[k + 1]], codes[k], highs[k], normalize)

@@ -20,7 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ..engine import api
-from ..engine.api import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
+from ..engine.api import CRASHED, DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..errors import ConfigError
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..scenarios import _OVERRIDES, Scenario, check_scenario_overrides, make_scenario
@@ -78,6 +78,10 @@ OBS_DOC = """\
     prefill_tokens         (I,)       [0, 2] log   outstanding (uncomputed) prompt tokens
     band_length            (B,)       [0, 2] log   gateway band queue lengths, band 0 first
     band_oldest_wait       (B,)       [0, 2] log   oldest wait in each band queue (s)
+    metric_age             (I,)       [0, 2] log   seconds since each instance's metrics were
+                                                   scraped (opt-in: ``observation={"include":
+                                                   ["metric_age"]}``; what a gateway knows of a
+                                                   scrape outage or a crash, never the fault)
     =====================  =========  ===========  ==========================================
 
     Log scales: count ``log2(1+x)/10`` (1023 -> 1), tokens ``log2(1+x)/20`` (~1M -> 1),
@@ -99,6 +103,8 @@ COMMON_KEYS = [
     ObsKey("kv_util", "I", "frac"), ObsKey("in_flight", "I", "count"), ObsKey("prefill_tokens", "I", "tokens"),
     ObsKey("band_length", "B", "count"), ObsKey("band_oldest_wait", "B", "time"),
 ]
+#: Keys an environment observes only when asked (``observation={"include": [...]}``).
+OPTIONAL_KEYS = [ObsKey("metric_age", "I", "time")]
 
 
 # ============================================================================ seeding
@@ -203,11 +209,16 @@ def build_setup(kind: str, extra_keys: list[ObsKey], *, scenario=None, reward: s
     if not penalty >= 0:
         raise ConfigError(f"unserved_penalty_s={unserved_penalty_s!r} is invalid; it must be >= 0")
     observation = dict(observation or {})
-    unknown = set(observation) - {"normalize", "exclude"}
+    unknown = set(observation) - {"normalize", "exclude", "include"}
     if unknown:
-        raise ConfigError(f"unknown observation option(s) {sorted(unknown)}; allowed: exclude, normalize")
+        raise ConfigError(f"unknown observation option(s) {sorted(unknown)}; allowed: exclude, include, normalize")
     exclude = set(observation.get("exclude", ()))
-    keys = COMMON_KEYS + extra_keys
+    include = observation.get("include", ())
+    optional = {k.name: k for k in OPTIONAL_KEYS}
+    if isinstance(include, str) or not all(name in optional for name in include):
+        raise ConfigError(f"observation include={include!r} is invalid; it must be a list of keys among "
+                          f"{', '.join(optional)}")
+    keys = COMMON_KEYS + extra_keys + [optional[name] for name in optional if name in include]
     bad = exclude - {k.name for k in keys}
     if bad:
         raise ConfigError(f"observation exclude: unknown key(s) {sorted(bad)}; keys: {', '.join(k.name for k in keys)}")
@@ -328,7 +339,8 @@ class CostTracker:
         stop = self.target[idx]
         known = ~np.isnan(stop)
         out = tb.outcome[idx]
-        unserved = (out == REJECTED) | (out == EXPIRED) | (out == DROPPED) | ((out == EVICTED) & ~known)
+        unserved = ((out == REJECTED) | (out == EXPIRED) | (out == DROPPED)
+                    | (((out == EVICTED) | (out == CRASHED)) & ~known))
         end = np.where(known, stop, np.where(unserved, tb.end_t[idx], np.inf))
         upto = np.where(known | unserved, end, t) if final else np.minimum(end, t)
         w = self.w[idx]
@@ -377,7 +389,7 @@ def request_costs(arrival, target, outcome, end, priority, t_end, setup: Setup) 
     the first-token or finish times the reward counts, ``t_end``: the clock, broadcastable):
     its priority weight times the seconds until its target, or until the end if it has not
     reached it, plus the penalty if it was never served."""
-    unserved = np.isin(outcome, (REJECTED, EXPIRED, DROPPED, EVICTED))
+    unserved = np.isin(outcome, (REJECTED, EXPIRED, DROPPED, EVICTED, CRASHED))
     T = np.where(~np.isnan(target), target - arrival,
                  np.where(unserved, end - arrival + setup.unserved_penalty_s, t_end - arrival))
     return setup.weight(priority) * T
@@ -525,6 +537,8 @@ class Driver:
             elif key == "band_oldest_wait":
                 raw[key][row] = 0.0
                 raw[key][row, self._sim_bands] = v.band_oldest_wait_s
+            elif key == "metric_age":
+                raw[key][row] = v.metrics_age_s
         self._extra_obs(raw, row)
 
     def action_mask(self) -> np.ndarray | None:
@@ -716,7 +730,7 @@ DRIVERS = {"routing": RoutingDriver, "flow_control": FlowControlDriver, "admissi
 
 ROUTING_KEYS = [ObsKey("prefix_hit", "I", "frac"), ObsKey("request", "4", "request")]
 INTERVAL_KEYS = [ObsKey("band_arrival_rate", "B", "count")]
-ALL_OBS_KEYS = COMMON_KEYS + ROUTING_KEYS + INTERVAL_KEYS
+ALL_OBS_KEYS = COMMON_KEYS + ROUTING_KEYS + INTERVAL_KEYS + OPTIONAL_KEYS
 
 
 #: Environment kind -> the name in its id (``llmsched/<name>-v0``), for messages.

@@ -163,9 +163,14 @@ class LLMSchedVectorEnv(VectorEnv):
         self._band_tables(range(n))
         self._episode_start(range(n))
         self._python = np.array([d.sim.needs_python for d in self.drivers])
-        self._compiled = self._batched_ok and not self._python.any()
+        self._compiled = self._batched_ok and not self._python.any() and not self._faults()
         self._write_obs()
         return self._obs(), self._infos()
+
+    def _faults(self) -> bool:
+        """Whether a cluster runs a fault schedule: its actions apply at pause points between
+        compiled calls (SimulatorBatch.advance_clusters), so steps do not take the fused call."""
+        return any(d.sim.faults is not None for d in self.drivers)
 
     @property
     def _fast(self) -> bool:
@@ -316,7 +321,7 @@ class LLMSchedVectorEnv(VectorEnv):
         self._band_tables([i])
         self._episode_start([i])
         self._python[i] = d.sim.needs_python
-        self._compiled = self._batched_ok and not self._python.any()
+        self._compiled = self._batched_ok and not self._python.any() and not self._faults()
 
     def _episode_start(self, clusters) -> None:
         """The interval kinds' per-episode state (as IntervalDriver._start and _simulator set it)."""
@@ -393,6 +398,7 @@ class LLMSchedVectorEnv(VectorEnv):
                                 self._sim_bands, len(s.band_priorities), raw[8], raw[9])
         else:
             raw[10][:] = self._arrival_rate
+        batched.metric_age(st.inst_f, st.clu_i, st.clu_f, raw[11])
 
     def _observe(self) -> None:
         """The compiled observation pass: raw and normalized observations, action masks."""

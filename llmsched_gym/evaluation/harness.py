@@ -45,12 +45,12 @@ _LATE_OVERRIDES = {"duration_s", "num_requests", "horizon_s"}
 
 #: Per-class metric columns of the result table (times in seconds).
 METRIC_COLUMNS = (
-    "requests", "finished", "rejected", "expired", "dropped", "evicted", "in_flight",
+    "requests", "finished", "rejected", "expired", "dropped", "evicted", "crashed", "in_flight",
     "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "ttft_censored",
     "tpot_mean", "tpot_p50", "tpot_p90", "tpot_p99",
     "e2e_mean", "e2e_p50", "e2e_p90", "e2e_p99",
     "slo_attainment", "goodput_rps", "throughput_rps", "output_tokens_per_s",
-    "prefix_hit_token_ratio", "preemptions",
+    "prefix_hit_token_ratio", "preemptions", "retries",
 )
 ID_COLUMNS = ("scenario", "point", "rate_kind", "rate", "qps", "policy", "router", "flow_control", "admission",
               "seed", "class")
@@ -707,6 +707,10 @@ def add_cli(subparsers) -> None:
                    "(e.g. hpa-kv:target=0.3; docs/environments.md, Autoscaling-v0)")
     p.add_argument("--eviction", action="store_true",
                    help="llm-d's demand-driven in-flight eviction in every cell (entries need flow control)")
+    p.add_argument("--faults", metavar="FILE", help="run every cell under this fault schedule (a YAML file: "
+                   "crashes, crash_rate, scrape_outages, stragglers; docs/scenarios.md, \"Faults\")")
+    p.add_argument("--staleness-policy", choices=("saturated", "ignore"),
+                   help="the saturation detector's stalenessPolicy for every cell (default: the scenario's)")
     p.add_argument("--baseline", help="label of the policy entry that changes are relative to (default: the first)")
     p.add_argument("--seeds", type=int, default=3, help="number of paired seeds (default 3)")
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
@@ -750,6 +754,12 @@ def cmd_compare(args) -> int:
     overrides = window_overrides(args)
     if args.eviction:
         overrides["eviction"] = True
+    if args.faults is not None:
+        from ..faults import FaultSchedule
+
+        overrides["faults"] = FaultSchedule.from_value(args.faults, "--faults")
+    if args.staleness_policy is not None:
+        overrides["staleness_policy"] = args.staleness_policy
     rates = {k: _parse_rates(k, getattr(args, k)) for k in RATE_KINDS if getattr(args, k) is not None}
     if args.scenario is None and args.policies is None and not rates:
         studies = default_studies()

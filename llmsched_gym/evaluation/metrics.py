@@ -4,11 +4,11 @@ Summaries are over *all* arrivals of a class, so a policy cannot improve them by
 serving requests (docs/architecture.md, "Metrics"):
 
 * ``slo_attainment`` and ``goodput_rps`` count a request as meeting its SLO only if it
-  finished within its class's TTFT and TPOT SLOs; rejected, expired, dropped, evicted and
-  unfinished requests are misses. ``all`` applies each request's own class SLO.
+  finished within its class's TTFT and TPOT SLOs; rejected, expired, dropped, evicted,
+  timed-out, crashed (lost to an instance crash) and unfinished requests are misses. ``all`` applies each request's own class SLO.
 * ``ttft_*`` statistics include the requests that never got a first token while
-  waiting for one (expired in the gateway queue, evicted by the gateway before their
-  first token, or still waiting when the run stopped), *censored* at their wait: their
+  waiting for one (expired in the gateway queue, evicted, timed out or lost to a crash
+  before their first token, or still waiting when the run stopped), *censored* at their wait: their
   true TTFT is at least that long.
   ``ttft_censored`` counts them; rejected and dropped requests have no wait and are
   reported beside TTFT (``rejected``, ``dropped``).
@@ -81,6 +81,7 @@ def summarize_class(table: RequestTable, mask: np.ndarray, duration: float,
     counts = np.bincount(table.outcome[mask], minlength=len(OUTCOME_NAMES))
     out.update({k: int(counts[c]) for c, k in OUTCOME_NAMES.items()})
     out["preemptions"] = int(table.preemptions[mask].sum())
+    out["retries"] = int(table.retries[mask].sum())  # re-sends after a crash (faults)
     out["throughput_rps"] = float(fin.sum() / duration) if duration > 0 else 0.0
     out["output_tokens_per_s"] = float(table.output[fin].sum() / duration) if duration > 0 else 0.0
     inp = table.input[mask & table.scheduled_once].sum()

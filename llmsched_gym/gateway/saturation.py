@@ -8,7 +8,9 @@ pool *saturation*. llm-d-router has two detectors
     per endpoint ``max(waiting / queueDepthThreshold, kv_util / kvCacheUtilThreshold)``,
     averaged over the endpoints; no cap (values above 1 mean overload). An endpoint
     whose metrics are older than ``metricsStalenessThreshold`` (strictly older) scores
-    1.0 (fail closed), and an empty pool is 1.0.
+    1.0 (fail closed), and an empty pool is 1.0. With ``stalenessPolicy: ignore`` (llm-d-router
+    PR #2492) a stale endpoint leaves the average instead, and a pool whose endpoints are all
+    stale scores 0.0.
 
 ``concurrency``
     from the gateway's own in-flight accounting, not from scraped metrics:
@@ -41,12 +43,16 @@ from ..errors import ConfigError, check_choice, check_nonnegative
 
 KINDS = ("utilization", "concurrency")
 CONCURRENCY_MODES = ("requests", "tokens", "hybrid")
+#: The utilization detector's ``stalenessPolicy`` (llm-d-router PR #2492): a stale endpoint
+#: scores 1.0 (``saturated``, the default), or leaves the average (``ignore``).
+STALENESS_POLICIES = ("saturated", "ignore")
 
 #: llm-d-router's parameter names -> the fields of :class:`SaturationConfig`.
 LLMD_NAMES = {
     "queueDepthThreshold": "queue_depth_threshold",
     "kvCacheUtilThreshold": "kv_cache_util_threshold",
     "metricsStalenessThreshold": "metrics_staleness_threshold_s",
+    "stalenessPolicy": "staleness_policy",
     "headroom": "headroom",
     "concurrencyMode": "concurrency_mode",
     "maxConcurrency": "max_concurrency",
@@ -63,8 +69,14 @@ class SaturationConfig:
         queue_depth_threshold: utilization, ``queueDepthThreshold`` (default 5, > 0).
         kv_cache_util_threshold: utilization, ``kvCacheUtilThreshold`` (default 0.8, in (0, 1]).
         metrics_staleness_threshold_s: utilization, ``metricsStalenessThreshold`` in
-            seconds (default 0.2, > 0): an endpoint whose metrics are older scores 1.0.
-            With the simulator's default 50 ms scrape interval metrics are never that old.
+            seconds (default 0.2, > 0): an endpoint whose metrics are older is stale.
+            With the simulator's default 50 ms scrape interval metrics are never that old
+            unless scrapes fail (a scrape outage, a crashed instance: faults).
+        staleness_policy: utilization, ``stalenessPolicy``: ``saturated`` (default) scores a
+            stale endpoint 1.0 (fail closed: a pool whose metrics all go stale halts
+            dispatch); ``ignore`` leaves it out of the average, and a pool with every
+            endpoint stale scores 0.0 (dispatch continues). The routing filter is the same
+            under both.
         headroom: both kinds, ``headroom`` (default 0, >= 0): routing-filter limits are
             ``threshold x (1 + headroom)``; the pool saturation does not use it.
         concurrency_mode: concurrency, ``concurrencyMode``: requests, tokens or hybrid.
@@ -77,6 +89,7 @@ class SaturationConfig:
     queue_depth_threshold: float = 5
     kv_cache_util_threshold: float = 0.8
     metrics_staleness_threshold_s: float = 0.2
+    staleness_policy: str = "saturated"
     headroom: float = 0.0
     concurrency_mode: str = "requests"
     max_concurrency: int = 100
@@ -85,6 +98,7 @@ class SaturationConfig:
     def __post_init__(self) -> None:
         check_choice("saturation.kind", self.kind, KINDS)
         check_choice("saturation.concurrency_mode", self.concurrency_mode, CONCURRENCY_MODES)
+        check_choice("saturation.staleness_policy", self.staleness_policy, STALENESS_POLICIES)
         check_nonnegative("saturation.queue_depth_threshold", self.queue_depth_threshold, strict=True)
         check_nonnegative("saturation.kv_cache_util_threshold", self.kv_cache_util_threshold, strict=True)
         if self.kv_cache_util_threshold > 1.0:
@@ -174,6 +188,12 @@ def pool_saturation(cfg: SaturationConfig | None = None, *, waiting=None, kv_uti
         if len(waiting) == 0:
             return 1.0
         stale = stale_mask(cfg, metrics_age_s)
+        if cfg.staleness_policy == "ignore" and stale is not None and stale.any():
+            fresh = ~stale
+            if not fresh.any():
+                return 0.0
+            return float(utilization_scores(np.asarray(waiting)[fresh], np.asarray(kv_util)[fresh],
+                                            cfg.queue_depth_threshold, cfg.kv_cache_util_threshold).mean())
         return float(utilization_scores(waiting, kv_util, cfg.queue_depth_threshold, cfg.kv_cache_util_threshold,
                                         None if stale is None or not stale.any() else stale).mean())
     mode = cfg.concurrency_mode
