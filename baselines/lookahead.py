@@ -139,6 +139,8 @@ class LookaheadPlanner(GatewayController):
         sim = scenario.simulator(seed, **gateway)
         if sim.state.clusters.flow[sim.c] == FLOW_PY or sim.state.clusters.admit[sim.c] == ADMIT_PY:
             raise ConfigError("lookahead needs the scenario's flow control and admission to be compiled policies")
+        if sim.faults is not None:  # the copies advance the state directly; faults are applied by the simulator
+            raise ConfigError("lookahead does not plan under a fault schedule yet; remove the scenario's faults")
         if self.decision != "routing" and sim.state.clusters.router[sim.c] == ROUTER_PY:
             raise ConfigError(f"lookahead decision={self.decision} needs a compiled router in the scenario")
         self.futures = self._sampled_arrivals(scenario, seed, sim.workload.arrival_s) if self.mode == "mpc" else None

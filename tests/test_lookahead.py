@@ -141,3 +141,9 @@ def test_admission_base_option_is_the_base_policy_and_oracle_no_worse():
         np.testing.assert_array_equal(getattr(planned.table, f), getattr(base.table, f), err_msg=f)
     oracle = make_policy("lookahead:decision=admission,horizon_s=3", "gateway").run(sc, 2)
     assert episode_cost(oracle, setup) <= episode_cost(base, setup)
+
+
+def test_refuses_a_fault_schedule():
+    sc = _scenario(qps=12, faults={"crashes": [{"instance": 0, "at_s": 2.0, "restart_s": 1.0}]})
+    with pytest.raises(ConfigError, match="fault schedule"):
+        make_policy("lookahead", "gateway").run(sc, 0)
