@@ -4,7 +4,7 @@ SB3's ``EvalCallback`` keeps the model of the evaluation with the highest mean e
 reward in ``best/``. The reward is a proxy (minus a priority-weighted waiting-time
 integral); the comparison harness ranks policies by per-class metrics instead (TTFT mean
 / p99, SLO attainment, goodput, ...; ``llmsched_gym.evaluation.metrics.summarize``). The
-SB3 adapter (:mod:`llmsched_gym.sb3`) puts each finished episode's summary into
+SB3 adapter (:mod:`agents.sb3`) puts each finished episode's summary into
 ``infos[i]["episode_metrics"]``; :class:`HarnessSelectionMixin` collects those of the
 held-out evaluation episodes and keeps the model whose *median over the evaluation
 episodes* (the statistic of ``compare``'s table and of ``tune``'s objective) of the
@@ -184,7 +184,7 @@ class HarnessSelectionMixin:
             from llmsched_gym.errors import ConfigError
 
             raise ConfigError(f"--select {sel.text}: the evaluation episodes carry no harness metrics "
-                              "(infos['episode_metrics'], given by llmsched_gym.sb3); use --select reward")
+                              "(infos['episode_metrics'], given by agents.sb3); use --select reward")
         value = float(mean_reward) if sel.metric == "reward" else sel.value(episodes)
         key = sel.key(value, mean_reward)
         new_best = self.best_key is None or key > self.best_key

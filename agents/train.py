@@ -10,7 +10,7 @@ What happens, top to bottom (:func:`train`):
    entry per algorithm with ``n_envs``, ``policy``, ``policy_kwargs``, ``normalize``,
    ``env_kwargs`` and the algorithm's own keywords); command-line values override them.
 2. The training environment is the package's *native* vector env
-   (``gymnasium.make_vec``) adapted to SB3 with :func:`llmsched_gym.sb3.to_sb3_vec_env`.
+   (``gymnasium.make_vec``) adapted to SB3 with :func:`agents.sb3.to_sb3_vec_env`.
    A curriculum (several scenarios and/or a load range, ``--scenario chatbot,agent
    --load 0.3:0.7``) gives every (scenario, load) point its own native vector env; they
    are concatenated (:class:`ConcatVecEnv`) so one rollout mixes them.
@@ -42,8 +42,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel
 
-from llmsched_gym.validation import INSTANCES, SECONDS, SEED
+from llmsched_gym.validation import STRICT, Duration, Instances, Seed, ranged, validate_model
 
 ENV_FILES = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
              "llmsched/Admission-v0": "admission", "llmsched/Gateway-v0": "gateway"}
@@ -83,30 +84,33 @@ FIXED_KEYS = ("policy", "env", "seed", "verbose", "tensorboard_log", "device", "
 
 #: Ranges of the numeric hyperparameters (a schedule, a tuple or "auto" is the library's
 #: to check), so a bad value is one line here and not torch's or numpy's traceback.
-_FRACTION = {"ge": 0, "le": 1}
-HYPERPARAM_RULES = {
-    "learning_rate": {"ge": 0, "le": 1},  # 0: a frozen policy (the residual's starting point) "n_steps": {"integer": True, "ge": 1, "le": 2**20},
-    "batch_size": {"integer": True, "ge": 1, "le": 2**20}, "n_epochs": {"integer": True, "ge": 1, "le": 1000},
-    "gamma": _FRACTION, "gae_lambda": _FRACTION, "clip_range": {"gt": 0, "le": 10}, "clip_range_vf": {"gt": 0, "le": 10},
-    "ent_coef": {"ge": 0, "le": 100}, "vf_coef": {"ge": 0, "le": 100}, "max_grad_norm": {"gt": 0, "le": 1e6},
-    "target_kl": {"gt": 0, "le": 100}, "buffer_size": {"integer": True, "ge": 1, "le": 10**8},
-    "learning_starts": {"integer": True, "ge": 0, "le": 10**9}, "tau": _FRACTION, "train_freq": {"integer": True, "ge": 1},
-    "gradient_steps": {"integer": True, "ge": -1, "le": 10**4}, "target_update_interval": {"integer": True, "ge": 1},
-    "sde_sample_freq": {"integer": True, "ge": -1}, "stats_window_size": {"integer": True, "ge": 1, "le": 10**6},
-    "n_envs": {"integer": True, "ge": 1, "le": 256}, "eval_freq": {"integer": True, "ge": 1},
-    "n_eval_episodes": {"integer": True, "ge": 1, "le": 10**4}, "eval_duration_s": {"gt": 0, "le": 86400},
-    "checkpoint_freq": {"integer": True, "ge": 1},
+_FRACTION = ranged(float, ge=0, le=1)
+HYPERPARAM_RANGES = {
+    "learning_rate": _FRACTION,  # 0: a frozen policy (the residual's starting point)
+    "n_steps": ranged(int, ge=1, le=2**20), "batch_size": ranged(int, ge=1, le=2**20),
+    "n_epochs": ranged(int, ge=1, le=1000), "gamma": _FRACTION, "gae_lambda": _FRACTION,
+    "clip_range": ranged(float, gt=0, le=10), "clip_range_vf": ranged(float, gt=0, le=10),
+    "ent_coef": ranged(float, ge=0, le=100), "vf_coef": ranged(float, ge=0, le=100),
+    "max_grad_norm": ranged(float, gt=0, le=1e6), "target_kl": ranged(float, gt=0, le=100),
+    "buffer_size": ranged(int, ge=1, le=10**8), "learning_starts": ranged(int, ge=0, le=10**9), "tau": _FRACTION,
+    "train_freq": ranged(int, ge=1), "gradient_steps": ranged(int, ge=-1, le=10**4),
+    "target_update_interval": ranged(int, ge=1), "sde_sample_freq": ranged(int, ge=-1),
+    "stats_window_size": ranged(int, ge=1, le=10**6), "n_envs": ranged(int, ge=1, le=256),
+    "eval_freq": ranged(int, ge=1), "n_eval_episodes": ranged(int, ge=1, le=10**4),
+    "eval_duration_s": ranged(float, gt=0, le=86400), "checkpoint_freq": ranged(int, ge=1),
 }
+EnvCount = HYPERPARAM_RANGES["n_envs"]
+EvalEpisodes = HYPERPARAM_RANGES["n_eval_episodes"]
 
 
 def check_hyperparams(algo: str, hp: dict, overrides: dict | None = None) -> None:
     """Every hyperparameter name against the algorithm's constructor (and the script's own
     keys), its value against the keyword's annotation and a number against its range
-    (:data:`HYPERPARAM_RULES`), before anything is built."""
+    (:data:`HYPERPARAM_RANGES`), before anything is built."""
     import numbers
 
     from llmsched_gym.errors import ConfigError
-    from llmsched_gym.validation import check_number, describe_type, signature_params, type_ok
+    from llmsched_gym.validation import check_typed, describe_type, signature_params, type_ok
 
     params = {name: tp for name, tp, _ in signature_params(_algo_class(algo)) if name not in FIXED_KEYS}
     allowed = sorted(set(params) | set(SCRIPT_KEYS))
@@ -117,9 +121,9 @@ def check_hyperparams(algo: str, hp: dict, overrides: dict | None = None) -> Non
             raise ConfigError(f"{where}: {k!r} is not a {algo} hyperparameter; allowed: {', '.join(allowed)}")
         if k in params and k not in SCRIPT_KEYS and not type_ok(v, params[k])[0]:
             raise ConfigError(f"{where} is invalid; it must be {describe_type(params[k])}")
-        if k in HYPERPARAM_RULES and isinstance(v, numbers.Real) and not isinstance(v, bool):
+        if k in HYPERPARAM_RANGES and isinstance(v, numbers.Real) and not isinstance(v, bool):
             try:
-                check_number(k, v, **HYPERPARAM_RULES[k])
+                check_typed(k, v, HYPERPARAM_RANGES[k])
             except ConfigError as e:
                 raise ConfigError(f"{where} is invalid; {str(e).split('; ', 1)[1]}") from None
 
@@ -249,7 +253,7 @@ def make_venv(env_id: str, points: list[tuple[str, dict]], n_envs: int, env_kwar
     import gymnasium as gym
 
     import llmsched_gym  # noqa: F401  (registers the environments)
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     n_envs = max(n_envs, len(points))
     counts = [n_envs // len(points) + (1 if k < n_envs % len(points) else 0) for k in range(len(points))]
@@ -522,20 +526,27 @@ def _set_overrides(items: list[str]) -> dict:
     return out
 
 
-#: Numeric flags of ``train`` and what they allow.
-TRAIN_FLAGS = {"--timesteps": {"integer": True, "ge": 1, "le": 10**10}, "--seed": SEED, "--instances": INSTANCES,
-               "--duration": SECONDS, "--n-envs": HYPERPARAM_RULES["n_envs"], "--eval-freq": {"integer": True, "ge": 1},
-               "--eval-episodes": HYPERPARAM_RULES["n_eval_episodes"], "--verbose": {"integer": True, "ge": 0, "le": 2}}
+class TrainFlags(BaseModel):
+    """The numeric flags of ``train`` and what they allow (a flag sets the field its ``dest`` names)."""
+
+    model_config = STRICT
+    timesteps: ranged(int, ge=1, le=10**10) | None = None
+    seed: Seed | None = None
+    instances: Instances | None = None
+    duration: Duration | None = None
+    n_envs: EnvCount | None = None
+    eval_freq: ranged(int, ge=1) | None = None
+    eval_episodes: EvalEpisodes | None = None
+    verbose: ranged(int, ge=0, le=2) | None = None
 
 
 def check_args(args) -> None:
     """The flags' values (one clear error before anything is built)."""
-    from llmsched_gym.validation import check_name, check_number, check_output_dir
+    from llmsched_gym.validation import check_name, check_output_dir
 
-    for flag, rule in TRAIN_FLAGS.items():
-        v = getattr(args, flag[2:].replace("-", "_"), None)
-        if v is not None:
-            check_number(flag, v, **rule)
+    values = {k: getattr(args, k, None) for k in TrainFlags.model_fields}
+    validate_model(TrainFlags, {k: v for k, v in values.items() if v is not None},
+                   names={k: "--" + k.replace("_", "-") for k in values})
     for flag in ("--scenario", "--eval-scenario", "--hyperparams", "--qps", "--load", "--paper-qps", "--eval-rates"):
         check_name(flag, getattr(args, flag[2:].replace("-", "_"), None), none_ok=True, what="a value")
     if args.out is not None:
@@ -580,9 +591,9 @@ def run_from_args(args) -> dict:
 
 
 def main(argv=None) -> int:
-    from llmsched_gym.cli import _Parser  # one-line argparse errors, as the package CLI
+    from llmsched_gym.cli import OneLineParser  # one-line argparse errors, as the package CLI
 
-    p = _Parser(prog="python -m agents.train", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m agents.train", description=__doc__.splitlines()[0])
     add_arguments(p)
     args = p.parse_args(argv)
     from llmsched_gym.errors import ConfigError

@@ -3,7 +3,7 @@
 A backend maps a function over tasks and returns the results **in task order**, whatever
 the number of workers and the order in which they finish; a callback sees each result as
 it arrives (progress bars, incremental writes). The evaluation harness (``compare``,
-``benchmarks/reproduce.py``) runs its cells through one, and ``benchmarks/capacities.py``
+``benchmarks/studies/reproduce.py``) runs its cells through one, and ``benchmarks/validation/capacities.py``
 its capacity searches (one search is a sequence of dependent probes, so it is one task).
 
 * :class:`LocalBackend` (``--backend local``, the default): a process pool on this

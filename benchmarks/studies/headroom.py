@@ -7,8 +7,8 @@ Routing or FlowControl environment's priority-weighted TTFT with the unserved pe
 row's metric, their paired changes with 95% bootstrap intervals, and the planner's
 decisions per second.
 
-    python benchmarks/headroom.py                       # every row, seeds 100-104
-    python benchmarks/headroom.py --rows flow-codegen16 --seeds 100,101 --horizon 60
+    python benchmarks/studies/headroom.py                       # every row, seeds 100-104
+    python benchmarks/studies/headroom.py --rows flow-codegen16 --seeds 100,101 --horizon 60
 """
 
 from __future__ import annotations
