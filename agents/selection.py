@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from llmsched_gym.errors import ConfigError
+
 #: Metrics where lower is better (seconds or counts of requests that fared badly).
 LOWER_IS_BETTER = (
     "ttft_mean", "ttft_p50", "ttft_p90", "ttft_p99", "ttft_censored",
@@ -100,8 +102,6 @@ class Selection:
 
 def parse_select(text: "str | None") -> Selection:
     """``reward`` or ``METRIC[:CLASS]`` (class default ``all``), e.g. ``ttft_p99:critical``."""
-    from llmsched_gym.errors import ConfigError
-
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"--select {text!r} is invalid; give reward or METRIC[:CLASS], e.g. ttft_mean:all")
     t = text.strip()
@@ -181,8 +181,6 @@ class HarnessSelectionMixin:
         and run ``callback_on_new_best`` if it is the best so far. Returns whether to go on."""
         sel = self.selection
         if sel.metric != "reward" and episodes and all(m is None for m in episodes):
-            from llmsched_gym.errors import ConfigError
-
             raise ConfigError(f"--select {sel.text}: the evaluation episodes carry no harness metrics "
                               "(infos['episode_metrics'], given by agents.sb3); use --select reward")
         value = float(mean_reward) if sel.metric == "reward" else sel.value(episodes)

@@ -23,7 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .engine.hardware import get_hardware
+from .engine.latency import _KINDS, _overridable, load_latency_file
 from .errors import ConfigError
+from .scenarios import scenario_from_dict
+from .validation import atomic_write_text
+from .workloads.inference_perf import InferencePerfProfile
 
 #: Statistics compared, as named in the measured runs (ms).
 METRICS = ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99", "itl_mean_nominal")
@@ -82,8 +87,6 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
 
 
 def _is_preset(name: str) -> bool:
-    from .engine.hardware import get_hardware
-
     try:
         get_hardware(name)
         return True
@@ -107,8 +110,6 @@ def run_scenario(run: MeasuredRun, latency_model: str = "vllm-calibrated", laten
     """The :class:`~llmsched_gym.scenarios.Scenario` of a measured run: one instance with the
     run's limits, KV blocks (the server's log; else from ``gpu_memory_utilization``) and
     scheduling mode (:func:`async_scheduling_of`), the inference-perf profile as the workload."""
-    from .scenarios import scenario_from_dict
-
     v, w = run.vllm, run.workload
     cluster = {"instances": 1, "hardware": run.hardware, "model": run.model, "tp": run.tp,
                "latency_model": latency_model, "latency_params": dict(latency_params or {}),
@@ -160,8 +161,6 @@ def simulate_run(run: MeasuredRun, latency_model: str = "vllm-calibrated", laten
     ``max_stage_s`` keeps only each stage's first seconds (faster fits; a stage's means
     settle within a minute when the server keeps up).
     """
-    from .workloads.inference_perf import InferencePerfProfile
-
     sc = run_scenario(run, latency_model, latency_params)
     prof: InferencePerfProfile = sc.profile
     if max_stage_s is not None:
@@ -198,8 +197,6 @@ def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_param
     beyond: one run the model cannot explain does not drag every other). A step that does
     not lower the cost is retried with more damping (Levenberg-Marquardt).
     """
-    from .engine.latency import _KINDS, _overridable
-
     cls = _KINDS.get(base)
     if cls is None or not issubclass(cls, _KINDS["blis-trained-physics"]):
         raise ConfigError(f"calibrate: base={base!r} is invalid; allowed: blis-trained-physics, vllm-calibrated")
@@ -282,8 +279,6 @@ def errors(runs: list[MeasuredRun], latency_model: str, params: dict | None = No
 
 def write_latency_file(path: str | Path, kind: str, params: dict, report: dict) -> None:
     """A latency-model file (``--latency-model FILE``): kind, coefficients, and the fit's report."""
-    from .validation import atomic_write_text
-
     atomic_write_text(path, json.dumps({"kind": kind, "params": params, "fit": report}, indent=2, default=float))
 
 
@@ -294,8 +289,6 @@ def start_params(spec: str | None) -> dict:
     ``vllm-calibrated``) or a latency-model file's; None: none (the base's defaults)."""
     import inspect
     from pathlib import Path as _P
-
-    from .engine.latency import _KINDS, load_latency_file
 
     if spec is None:
         return {}

@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field, create_model
 from .capacity import METHOD, capacity_record, steady_state
 from .engine import EngineConfig
 from .errors import ConfigError
+from .gateway.epp import gateway_from_yaml
 from .gateway.eviction import EvictionConfig
 from .gateway.policy import check_policy_ref, make_policy
 from .simulator import ClusterConfig, GatewayConfig, Simulator
@@ -552,7 +553,6 @@ def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
         raise ConfigError(f"{source} must be a mapping, got {type(d).__name__}")
     gw = d.get("gateway")
     if isinstance(gw, dict) and "epp_config" in gw:  # an llm-d EndpointPickerConfig (docs/epp.md)
-        from .gateway.epp import gateway_from_yaml  # epp builds on scenarios' configs: imported when used
 
         d = {**d, "gateway": gateway_from_yaml(gw, source)}
     f = validate_model(ScenarioFile, {**d, "gateway": d.get("gateway") or {}}, prefix=source, label=source)

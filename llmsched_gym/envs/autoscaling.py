@@ -18,6 +18,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..autoscaling import Fleet, ScalingView, advance_fleets, check_count, resolve_cold_start
 from ..errors import ConfigError
+from ..evaluation.metrics import summarize
 from ..simulator import SimulatorBatch
 from ..validation import ranged
 from .base import LLMSchedEnv
@@ -153,8 +154,6 @@ class _Cluster:
                 "episode_cost": float(self.tracker.total + self.setup.autoscaling["gpu_cost"] * self.gpu_s)}
 
     def final_info(self) -> dict:
-        from ..evaluation.metrics import summarize
-
         metrics = summarize(self.sim)
         metrics["gpu_seconds"] = self.fleet.gpu_seconds()
         metrics["cold_starts"] = self.fleet.cold_starts

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from ..engine import api
 from ..engine.api import DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..errors import ConfigError
+from ..evaluation.metrics import LazySummary
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..scenarios import Scenario, ScenarioOverrides, check_scenario_overrides, make_scenario
 from ..validation import (
@@ -543,8 +544,6 @@ class Driver:
     def summary(self) -> Mapping:
         """The harness's metrics of this episode so far (``llmsched_gym.evaluation.metrics.summarize``,
         computed when first read: :class:`~llmsched_gym.evaluation.metrics.LazySummary`)."""
-        from ..evaluation.metrics import LazySummary
-
         return LazySummary(self.sim)
 
     def final_info(self) -> dict:

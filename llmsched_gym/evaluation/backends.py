@@ -29,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError
+from ..simulator import compile_kernels
 from ..validation import check_number, require_extra
 
 #: Backend names (``--backend``).
@@ -210,8 +211,6 @@ def warm_up() -> None:
     so on stderr: callers with a progress display call it before showing it)."""
     global _warm
     if not _warm:
-        from ..simulator import compile_kernels
-
         compile_kernels()
         _warm = True
 

@@ -32,10 +32,23 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..autoscaling import run_autoscaled
 from ..errors import ConfigError
-from ..gateway.policy import ROLE_KEYS, PolicySpec, parse_policy
-from ..validation import SeedCount, check_typed, checked_keywords, require_extra
+from ..gateway.policy import ROLE_KEYS, PolicySpec, make_policy, parse_policy
+from ..scenarios import Scenario, make_scenario
+from ..simulator import SimulatorBatch
+from ..validation import (
+    SeedCount,
+    atomic_write_text,
+    check_seed,
+    check_typed,
+    checked_keywords,
+    require_extra,
+)
+from ..workloads.workload import class_name
+from . import metrics
 from .backends import make_backend, warm_up
+from .stats import DEFAULT_METRICS, summarize_rows
 
 RATE_KINDS = ("qps", "load", "paper_qps")
 #: Overrides applied after the rate is resolved (they do not change the capacity a
@@ -89,8 +102,6 @@ class _Point:
 
 
 def _scenario_entries(scenarios) -> list[tuple[Any, dict]]:
-    from ..scenarios import Scenario
-
     if isinstance(scenarios, (str, Scenario, os.PathLike)):
         scenarios = [scenarios]
     if isinstance(scenarios, dict):
@@ -128,8 +139,6 @@ def resolve_points(scenarios, *, qps=None, load=None, paper_qps=None, overrides:
     {"paper_qps": [4, 10, 16], "duration_s": 60})``; otherwise the global
     ``qps``/``load``/``paper_qps`` lists apply, else the scenario's default rate.
     """
-    from ..scenarios import make_scenario
-
     out = []
     for entry, own in _scenario_entries(scenarios):
         ov = {**(overrides or {}), **own}
@@ -164,8 +173,6 @@ def _run_cells(tasks: list[dict]) -> list[dict]:
     alone, bit for bit); their results in order (top-level, so it pickles for spawned
     workers). A cell with a scaler runs on its own, autoscaled (:func:`_run_scaled`), and
     one with a gateway controller on its own too (:func:`_run_gateway`)."""
-    from ..simulator import SimulatorBatch
-
     plain = [t for t in tasks if "scaler" not in t["policy"] and "gateway" not in t["policy"]]
     sims = [t["scenario"].simulator(t["seed"], **t["policy"], batch=False) for t in plain]
     if sims:
@@ -178,8 +185,6 @@ def _run_cells(tasks: list[dict]) -> list[dict]:
 def _run_gateway(task: dict) -> dict:
     """One cell run by a gateway controller (a Gateway-v0 model), which drives its own
     simulator of the cell's scenario and seed."""
-    from ..gateway.policy import make_policy
-
     controller = make_policy(task["policy"]["gateway"], "gateway")
     return _cell_result(task, controller.run(task["scenario"], task["seed"]))
 
@@ -189,8 +194,6 @@ def _run_scaled(task: dict) -> dict:
     the scaler asks for at time 0 starts warm, then it decides every
     ``DEFAULT_SCALE_INTERVAL_S``); the row data gains ``scaler``, ``gpu_seconds`` and
     ``cold_starts``."""
-    from ..autoscaling import run_autoscaled
-
     policy = dict(task["policy"])
     scaler = policy.pop("scaler")
     sim = task["scenario"].simulator(task["seed"], **policy)
@@ -219,10 +222,8 @@ def _batches(tasks: list[dict], workers: int) -> list[list[int]]:
 
 def _cell_result(task: dict, sim) -> dict:
     """The summary row data of one finished cell."""
-    from .metrics import request_records, summarize
-
     sc = task["scenario"]
-    s = summarize(sim)
+    s = metrics.summarize(sim)
     t = sim.table
     dispatched = t.instance[t.instance >= 0]
     per_inst = np.bincount(dispatched, minlength=sc.cluster.instances).astype(float)
@@ -235,12 +236,10 @@ def _cell_result(task: dict, sim) -> dict:
     }
     out = {"classes": s["classes"], "cell": cell}
     if getattr(sc, "profile", None) is not None:  # an inference-perf run: its stages as rows too
-        from .metrics import run_windows, summarize_windows
-
         prof = sc.profile.scaled(sc.target_qps() / sc.base_rate())  # the stages as run at the cell's rate
-        out["classes"] = {**s["classes"], **summarize_windows(sim, *run_windows(sim, prof))}
+        out["classes"] = {**s["classes"], **metrics.summarize_windows(sim, *metrics.run_windows(sim, prof))}
     if task.get("samples"):
-        rec = request_records(t, sim.now)
+        rec = metrics.request_records(t, sim.now)
         out["samples"] = {"ttft": rec["ttft_or_wait"].astype(np.float32), "tpot": rec["tpot"].astype(np.float32),
                           "e2e": rec["e2e"].astype(np.float32), "priority": t.priority.astype(np.int16)}
     return out
@@ -306,16 +305,12 @@ class ResultTable:
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
         text = buf.getvalue()
         if path is not None:
-            from ..validation import atomic_write_text
-
             atomic_write_text(path, text)
         return text
 
     def to_json(self, path: "str | os.PathLike | None" = None, **extra) -> str:
         text = json.dumps({"meta": self.meta, **extra, "rows": self.rows}, indent=1, default=_json_default)
         if path is not None:
-            from ..validation import atomic_write_text
-
             atomic_write_text(path, text)
         return text
 
@@ -334,8 +329,6 @@ class ResultTable:
 
     def stats(self, metrics=None, baseline: str | None = None, **kw) -> list[dict]:
         """Median and bootstrap CI per metric across seeds (see :func:`llmsched_gym.evaluation.stats.summarize_rows`)."""
-        from .stats import DEFAULT_METRICS, summarize_rows
-
         return summarize_rows(self.rows, metrics or DEFAULT_METRICS, baseline=baseline, **kw)
 
 
@@ -404,8 +397,6 @@ def _plan(scenarios, policies, seeds, *, qps=None, load=None, paper_qps=None, ov
     if isinstance(seeds, (int, np.integer)):
         seed_list = list(range(check_typed("seeds", seeds, SeedCount)))
     else:
-        from ..validation import check_seed
-
         seed_list = [check_seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
         if not seed_list:
             raise ConfigError("no seed given")
@@ -574,8 +565,6 @@ def write_outputs(out: Path, results, merged: "ResultTable", all_stats: list[dic
 
 def scenario_classes(sc) -> list[str]:
     """The request classes a scenario's rows can have (its classes, then ``all``)."""
-    from ..workloads.workload import class_name
-
     if sc.trace is not None:
         if sc.trace.critical_share is not None:
             prios = {0, -1}

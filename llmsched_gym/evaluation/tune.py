@@ -80,16 +80,20 @@ from ..gateway.policy import ROLE_KEYS, PolicySpec, list_policies, parse_policy
 from ..validation import (
     Seed,
     SeedCount,
+    atomic_write_text,
     check_call_kwargs,
     check_keys,
     check_number,
+    check_seed,
     check_typed,
     checked_keywords,
     ranged,
+    require_extra,
     signature_params,
     split_range,
     type_name,
 )
+from .backends import make_backend
 from .harness import METRIC_COLUMNS, _assemble, _execute, resolve_points, scenario_classes, with_defaults
 
 #: Metrics every trial records besides the objective's and constraints' (class ``all``).
@@ -510,24 +514,18 @@ class TuneResult:
             w.writerow({k: ("" if v is None or (isinstance(v, float) and math.isnan(v)) else v) for k, v in r.items()})
         text = buf.getvalue()
         if path is not None:
-            from ..validation import atomic_write_text
-
             atomic_write_text(path, text)
         return text
 
     def to_json(self, path=None) -> str:
         text = json.dumps(_finite({"meta": self.meta, "best": self.best, "trials": self.trials}), indent=1)
         if path is not None:
-            from ..validation import atomic_write_text
-
             atomic_write_text(path, text)
         return text
 
     def write(self, out, *, plots: bool = True, extra: dict | None = None) -> list[Path]:
         """``best.txt``, ``best.json``, ``trials.csv``, ``trials.json`` and (``plots``) the
         figures in ``out``; returns the figures' paths."""
-        from ..validation import atomic_write_text
-
         out = Path(out)
         figures = self.figures(out) if plots else []
         self.to_csv(out / "trials.csv")
@@ -577,8 +575,6 @@ def _finite(o):
 
 
 def _import_optuna():
-    from ..validation import require_extra
-
     require_extra("tune", modules=("optuna",), extra="tune")
     import optuna
 
@@ -634,8 +630,6 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
         progress: called with ``(done, total, best trial so far)`` after each trial (the CLI
             draws a bar with it, :class:`llmsched_gym.cli.progress.ProgressBar`).
     """
-    from .backends import make_backend
-
     space = parse_space(space)
     obj = objective if isinstance(objective, Objective) else parse_objective(objective)
     cons = [c if isinstance(c, Constraint) else parse_constraint(c) for c in constraints]
@@ -646,8 +640,6 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
         seed_list = list(range(check_typed("seeds", seeds, SeedCount)))
     else:
-        from ..validation import check_seed
-
         seed_list = [check_seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
         if not seed_list:
             raise ConfigError("no seed given")

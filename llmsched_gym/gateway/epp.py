@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from .policy import _parse_params, list_policies, make_policy, parse_policy, policy_parameters
 from .saturation import SaturationConfig
 
 API_VERSIONS = ("llm-d.ai/v1alpha1", "llm-d.ai/v1", "inference.networking.x-k8s.io/v1alpha1")
@@ -561,8 +562,6 @@ def _flow_control(fc: dict, plugins: dict[str, _Plugin], source: str) -> tuple[s
 
 def _admission_names() -> dict:
     """The probabilistic admission policy's parameter names for llm-d's (k, power, thresholds)."""
-    from .policy import list_policies, policy_parameters
-
     params = policy_parameters(list_policies("admission")["probabilistic"])
     if "k" in params:
         return {"k": "k", "power": "power", "queueDepthThreshold": "queueDepthThreshold",
@@ -597,16 +596,12 @@ def _admitter(p: _Plugin, saturation: dict | None, det: dict, source: str) -> st
 
 # ====================================================================== writing
 def _split(spec: str) -> tuple[str, dict]:
-    from .policy import _parse_params
-
     name, _, params = str(spec).partition(":")
     return name, _parse_params(name, params)
 
 
 def _full_params(spec, role: str) -> tuple[str, dict]:
     """(name, every constructor parameter with its value) of a policy spec, validated."""
-    from .policy import list_policies, make_policy, policy_parameters
-
     make_policy(spec, role)
     name, given = _split(spec)
     params = dict(policy_parameters(list_policies()[name]))
@@ -619,8 +614,6 @@ def _combination(spec) -> dict:
     """``{router, flow_control, admission}`` of a combination, defaults applied:
     router ``llm-d``; flow control none; admission ``always-admit`` with flow control
     (llm-d's flow control does the admitting) and ``legacy`` without (llm-d's gate)."""
-    from .policy import parse_policy
-
     roles = parse_policy(spec).kwargs() if isinstance(spec, str) else dict(spec)
     if roles.get("scaler") is not None:
         raise ConfigError(f"scaler={roles['scaler']!r}: an EndpointPickerConfig has no autoscaler (the cluster's "
