@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from llmsched_gym.flags import add_backend_args, backend_from_args  # noqa: E402
-
+from llmsched_gym.cli.flags import add_backend_args, backend_from_args  # noqa: E402
+from llmsched_gym.cli.progress import ProgressBar  # noqa: E402
 from llmsched_gym.evaluation.harness import ResultTable, Study, make_figures, run_studies  # noqa: E402
 from llmsched_gym.evaluation.stats import lookup, summarize_rows  # noqa: E402
 
@@ -619,8 +619,9 @@ def tuning_study(trials: int, seeds: list[int], backend) -> dict:
                      for m in ("ttft_mean", "ttft_p99", "tpot_mean", "tpot_p99")} for pol in refs.unique("policy")}
         for pol, (space, _key, _default) in TUNE_SPACES.items():
             t0 = time.perf_counter()
-            res = tune(sc, [space], TUNE_OBJECTIVE, trials=trials, seeds=seeds, load=0.5, backend=backend,
-                       startup_trials=out["startup_trials"], progress=True)
+            with ProgressBar("tuning") as bar:
+                res = tune(sc, [space], TUNE_OBJECTIVE, trials=trials, seeds=seeds, load=0.5, backend=backend,
+                           startup_trials=out["startup_trials"], progress=bar)
             print(f"{sc} {pol}: best {res.best_spec} ({TUNE_OBJECTIVE} {res.best['objective']:.4g}) "
                   f"in {time.perf_counter() - t0:.0f} s")
             out["studies"].append({"scenario": sc, "policy": pol, "space": space, "qps": res.meta["qps"],
@@ -811,7 +812,8 @@ def main(argv=None) -> int:
         backend = backend_from_args(args)
         start = time.perf_counter()
         try:
-            results = run_studies(sts, seeds, progress=True, backend=backend)
+            with ProgressBar("simulating") as bar:
+                results = run_studies(sts, seeds, progress=bar, backend=backend)
         finally:
             backend.close()
         runtime = time.perf_counter() - start

@@ -29,9 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from llmsched_gym.flags import add_backend_args, backend_from_args  # noqa: E402
-
 from llmsched_gym import capacity as C  # noqa: E402
+from llmsched_gym.cli.flags import add_backend_args, backend_from_args  # noqa: E402
 from llmsched_gym.errors import ConfigError  # noqa: E402
 from llmsched_gym.scenarios import list_scenarios, make_scenario  # noqa: E402
 
