@@ -237,7 +237,8 @@ def describe_type(tp) -> str:
 
     if origin is not None:
         return _NAMES.get(origin, getattr(origin, "__name__", str(tp)))
-    return _NAMES.get(tp, f"a {getattr(tp, '__name__', str(tp))}")
+    name = getattr(tp, "__name__", str(tp))
+    return _NAMES.get(tp, f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}")
 
 
 def type_name(tp) -> str:
