@@ -101,7 +101,7 @@ def describe(graph: dict[str, set[str]], component: list[str]) -> str:
 def test_graph_sees_deferred_imports():
     graph = import_graph()
     assert "llmsched_gym.simulator" in graph["llmsched_gym.scenarios"]  # module level
-    assert "llmsched_gym.gateway.epp" in graph["llmsched_gym.scenarios"]  # inside a function
+    assert "llmsched_gym.evaluation.plots" in graph["llmsched_gym.evaluation.harness"]  # inside a function
 
 
 def test_no_import_cycles():
