@@ -747,20 +747,21 @@ PriorityWeights = Annotated[dict[int, ranged(float, ge=0)],
 
 class EnvKeywords(ScenarioOverrides):
     """The keywords every environment takes: the scenario's (``make_scenario``'s) and these
-    (docs/environments.md). Each environment kind validates its own model, which extends this."""
+    (docs/environments.md). Each environment kind validates its own model, which extends this;
+    the defaults shown are :func:`build_setup`'s (a kind may set its own)."""
 
     scenario: Name | Scenario | Path | None = None
     horizon: Duration | None = None
     observation: ObservationOptions | None = None
     reward_scale: ranged(float, gt=0, le=1e6) = 1.0
     priority_weights: PriorityWeights | None = None
-    control_interval: ranged(float, gt=0, le=3600) | None = None
+    control_interval: ranged(float, gt=0, le=3600) = DEFAULT_CONTROL_INTERVAL_S
 
 
 class RewardKeywords(EnvKeywords):
     """The keywords of an environment whose reward can be chosen."""
 
-    reward: Name = "slo"
+    reward: Name = "ttft"
     unserved_penalty_s: ranged(float, ge=0, le=MAX_SECONDS) | None = None
 
 
