@@ -393,7 +393,9 @@ def model_error(exc: ValidationError, owner, *, prefix: str = "", label: str | N
 
 
 @functools.lru_cache(maxsize=None)
-def _model_fields(owner) -> dict:
+def model_fields(owner) -> dict:
+    """``{field: annotation}`` of a configuration model (a ``BaseModel`` or a
+    :func:`config_dataclass`), in declaration order, ranges included."""
     if isinstance(owner, type) and issubclass(owner, BaseModel):
         return {k: _annotated(f) for k, f in owner.model_fields.items()}
     hints = typing.get_type_hints(owner, include_extras=True)
@@ -402,12 +404,9 @@ def _model_fields(owner) -> dict:
 
 def _annotated(field_info):
     """A BaseModel field's annotation with its constraints (pydantic keeps them apart)."""
-    return typing.Annotated[(field_info.annotation, *field_info.metadata)] if field_info.metadata else field_info.annotation
-
-
-def model_fields(owner) -> dict:
-    """``{field: annotation}`` of a configuration model, in declaration order."""
-    return _model_fields(owner)
+    if not field_info.metadata:
+        return field_info.annotation
+    return typing.Annotated[(field_info.annotation, *field_info.metadata)]
 
 
 def validate_model(model: type[BaseModel], values: dict, *, prefix: str = "", label: str | None = None,
