@@ -31,8 +31,7 @@ from ..validation import check_name, check_output_dir, fallback_dir
 from . import tables
 from .epp import add_epp_entries_arg, with_epp_entries
 from .flags import (
-    add_backend_args,
-    add_force_arg,
+    add_study_output_args,
     add_window_args,
     backend_from_args,
     check_flags,
@@ -92,12 +91,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
     add_window_args(p)
     p.add_argument("--class", dest="classes", help="comma-separated classes to show (default: critical,sheddable,all)")
-    p.add_argument("--out", help="output directory (default results/compare-<timestamp>)")
-    p.add_argument("--workers", type=int, help="processes (default: min(CPU count, cells)); with --backend ray, "
-                   "the local Ray instance's CPUs")
-    add_backend_args(p)
-    p.add_argument("--no-plots", action="store_true", help="skip the figures")
-    add_force_arg(p)
+    add_study_output_args(p, "compare", "cells")
     add_epp_entries_arg(p)
     p.set_defaults(func=cmd_compare)
 

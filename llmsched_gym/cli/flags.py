@@ -115,9 +115,9 @@ def add_force_arg(p) -> None:
 
 def add_window_args(p) -> None:
     """``--duration`` and ``--horizon`` (a shorter run of the same scenario) on parser ``p``."""
-    p.add_argument("--duration", dest="duration_s", type=float,
+    p.add_argument("--duration", dest="duration_s", type=float, metavar="SECONDS",
                    help="arrival window in seconds (synthetic scenarios; shortens runs)")
-    p.add_argument("--horizon", dest="horizon_s", type=float, help="stop after this many simulated seconds")
+    p.add_argument("--horizon", dest="horizon_s", type=float, metavar="SECONDS", help="stop after this many simulated seconds")
 
 
 def window_overrides(args) -> dict:
@@ -132,6 +132,18 @@ def add_backend_args(p) -> None:
     p.add_argument("--ray-address", metavar="ADDR",
                    help="with --backend ray: 'auto' joins the Ray cluster running here, ray://host:port a remote "
                         "one (default: start a local Ray instance with --workers CPUs)")
+
+
+def add_study_output_args(p, command: str, cells: str) -> None:
+    """The flags of a subcommand that runs many cells and writes a results directory
+    (``compare``, ``tune``): ``--out``, ``--workers``, the backend, ``--no-plots``,
+    ``--force``; ``cells`` says what the default worker count is bounded by."""
+    p.add_argument("--out", help=f"output directory (default results/{command}-<timestamp>)")
+    p.add_argument("--workers", type=int, help=f"processes (default: min(CPU count, {cells})); with --backend ray, "
+                   "the local Ray instance's CPUs")
+    add_backend_args(p)
+    p.add_argument("--no-plots", action="store_true", help="skip the figures")
+    add_force_arg(p)
 
 
 def backend_from_args(args):

@@ -71,9 +71,9 @@ def _add_scenario_args(p) -> None:
                     help="P/D disaggregation: the first N instances are the prefill pool (0: all aggregated)")
     cl.add_argument("--kv-link", help="P/D KV transfer link: nvlink, rdma, infiniband, ethernet, tcp")
     cl.add_argument("--kv-link-gbps", type=float, help="P/D KV link bandwidth per GPU, GB/s (default: the preset's)")
-    cl.add_argument("--kv-link-latency", dest="kv_link_latency_s", type=float,
+    cl.add_argument("--kv-link-latency", dest="kv_link_latency_s", type=float, metavar="SECONDS",
                     help="P/D KV link seconds per transfer (default: the preset's)")
-    cl.add_argument("--horizon", dest="horizon_s", type=float, help="stop after this many simulated seconds")
+    cl.add_argument("--horizon", dest="horizon_s", type=float, metavar="SECONDS", help="stop after this many simulated seconds")
     gw = p.add_argument_group("gateway policies (see `llmsched-gym policies`)")
     gw.add_argument("--router", help="routing policy, e.g. lmetric or 'llm-d:prefix_weight=2'")
     gw.add_argument("--flow-control", help="usage-limit policy, or 'none' to dispatch on arrival")

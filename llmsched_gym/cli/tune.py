@@ -25,8 +25,7 @@ from ..validation import Seed, check_name, check_output_dir, fallback_dir
 from . import tables
 from .flags import (
     FlagValues,
-    add_backend_args,
-    add_force_arg,
+    add_study_output_args,
     add_window_args,
     backend_from_args,
     check_flags,
@@ -95,12 +94,7 @@ def add_cli(subparsers) -> None:
     p.add_argument("--flow-control", help="flow control when the space sets none ('none' = no queue)")
     p.add_argument("--admission", help="admission when the space sets none")
     add_window_args(p)
-    p.add_argument("--out", help="output directory (default results/tune-<timestamp>)")
-    p.add_argument("--workers", type=int, help="processes (default: min(CPU count, cells of a trial)); with "
-                   "--backend ray, the local Ray instance's CPUs")
-    add_backend_args(p)
-    p.add_argument("--no-plots", action="store_true", help="skip the figures")
-    add_force_arg(p)
+    add_study_output_args(p, "tune", "cells of a trial")
     p.set_defaults(func=cmd_tune)
 
 
