@@ -12,6 +12,9 @@ The training code lives in :mod:`agents.train` (a readable, CleanRL-style script
 
 from __future__ import annotations
 
+from agents.train import add_arguments, run_from_args
+from llmsched_gym.validation import require_extra
+
 _TRAIN_HELP = """\
 Train an agent on a native vector environment through the SB3 adapter, with
 VecNormalize (statistics saved next to the model), EvalCallback on held-out workload
@@ -54,17 +57,13 @@ def add_cli(subparsers) -> None:
 
     p = subparsers.add_parser("train", help="train an RL agent (stable-baselines3) on an llmsched environment",
                               description=_TRAIN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from agents.train import add_arguments
 
     add_arguments(p)
     p.set_defaults(func=cmd_train)
 
 
 def cmd_train(args) -> int:
-    from llmsched_gym.validation import require_extra
-
     require_extra("llmsched-gym train")  # torch, stable-baselines3, sb3-contrib: the [rl] extra
-    from agents.train import run_from_args
 
     run_from_args(args)
     return 0

@@ -39,8 +39,22 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from baselines.flow_control import SoftReflectiveCeiling
+from llmsched_gym.envs.core import (
+    COMMON_KEYS,
+    DRIVERS,
+    INTERVAL_KEYS,
+    ROUTING_KEYS,
+    Driver,
+    Setup,
+    normalize_obs,
+    raw_buffers,
+    soft_reflective_params,
+)
+from llmsched_gym.envs.gateway import GatewayEnv
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import GatewayController, RoutingPolicy, UsageLimitPolicy, register_policy
+from llmsched_gym.validation import require_extra
 
 _CACHE: dict = {}
 
@@ -132,8 +146,6 @@ class LoadedAgent:
     def check_instances(self, num_instances: int) -> None:
         """A clear error, before a simulation starts, where a FlowControl agent meets a
         cluster of another size: its observation is per instance."""
-        from llmsched_gym.envs.core import COMMON_KEYS
-
         space = self.model.observation_space
         for k in COMMON_KEYS:
             if k.size == "I" and k.name in space.spaces and space[k.name].shape[0] != num_instances:
@@ -157,8 +169,6 @@ def _expected_stats(model_file: Path) -> Path:
 
 def load_agent(path: "str | Path") -> LoadedAgent:
     """Load (and cache per process) the agent saved at ``path``."""
-    from llmsched_gym.validation import require_extra
-
     require_extra(f"agent:{path}")  # torch and stable-baselines3: the [rl] extra
     model_file, vn_file, _ = agent_files(Path(path).resolve())
     key = (str(model_file), model_file.stat().st_mtime, vn_file and (str(vn_file), vn_file.stat().st_mtime))
@@ -186,8 +196,6 @@ class _ViewSim:
 
 def _setup_for(kind: str, view, exclude=()):
     """An environment ``Setup`` for the cluster the view describes (any size)."""
-    from llmsched_gym.envs.core import COMMON_KEYS, INTERVAL_KEYS, ROUTING_KEYS, Setup
-
     extra = ROUTING_KEYS if kind == "routing" else INTERVAL_KEYS
     keys = [k for k in COMMON_KEYS + extra if k.name not in set(exclude)]
     bands = tuple(view.band_priorities) or (0,)
@@ -203,12 +211,9 @@ class ObservationBuilder:
     with the environment's driver code (see the module docstring)."""
 
     def __init__(self, kind: str, view, exclude=()):
-        from llmsched_gym.envs.core import DRIVERS, raw_buffers
-
         self.kind = kind
         self.setup = _setup_for(kind, view, exclude)
         drv = DRIVERS[kind].__new__(DRIVERS[kind])
-        from llmsched_gym.envs.core import Driver
 
         Driver.__init__(drv, self.setup)
         drv._sim_bands = np.arange(len(self.setup.band_priorities), dtype=np.int64)
@@ -218,8 +223,6 @@ class ObservationBuilder:
         self.key = (int(view.num_instances), tuple(view.band_priorities))
 
     def build(self, view, request=None, band_arrival_rate=None) -> dict:
-        from llmsched_gym.envs.core import normalize_obs
-
         d = self.driver
         d.sim = _ViewSim(view, request)
         if band_arrival_rate is not None:
@@ -367,8 +370,6 @@ class AgentSoftReflective(UsageLimitPolicy):
         self.reset(0, None)
 
     def reset(self, num_instances: int, rng) -> None:
-        from baselines.flow_control import SoftReflectiveCeiling
-
         if num_instances:
             self.agent.check_instances(num_instances)
         self._builder = None
@@ -385,8 +386,6 @@ class AgentSoftReflective(UsageLimitPolicy):
         return _interval_action(self, view, band_arrival_rate)
 
     def _update(self) -> None:
-        from llmsched_gym.envs.core import soft_reflective_params
-
         view = self._view
         if view is None:
             raise ConfigError("agent usage-limit policy: not bound to a simulator's view (Policy.bind)")
@@ -437,8 +436,6 @@ class AgentGateway(GatewayController):
     def environment(self, scenario):
         """The model's environment on ``scenario`` (a Scenario): its training keywords
         without the training window and horizon, the scenario's own horizon."""
-        from llmsched_gym.envs.gateway import GatewayEnv
-
         self.agent.check_instances(scenario.cluster.instances)
         kwargs = {k: v for k, v in (self.agent.meta.get("env_kwargs") or {}).items()
                   if k not in ("duration_s", "num_requests", "horizon", "horizon_s")}

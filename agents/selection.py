@@ -4,7 +4,7 @@ SB3's ``EvalCallback`` keeps the model of the evaluation with the highest mean e
 reward in ``best/``. The reward is a proxy (minus a priority-weighted waiting-time
 integral); the comparison harness ranks policies by per-class metrics instead (TTFT mean
 / p99, SLO attainment, goodput, ...; ``llmsched_gym.evaluation.metrics.summarize``). The
-SB3 adapter (:mod:`llmsched_gym.sb3`) puts each finished episode's summary into
+SB3 adapter (:mod:`agents.sb3`) puts each finished episode's summary into
 ``infos[i]["episode_metrics"]``; :class:`HarnessSelectionMixin` collects those of the
 held-out evaluation episodes and keeps the model whose *median over the evaluation
 episodes* (the statistic of ``compare``'s table and of ``tune``'s objective) of the
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from llmsched_gym.errors import ConfigError
 
 #: Metrics where lower is better (seconds or counts of requests that fared badly).
 LOWER_IS_BETTER = (
@@ -100,8 +102,6 @@ class Selection:
 
 def parse_select(text: "str | None") -> Selection:
     """``reward`` or ``METRIC[:CLASS]`` (class default ``all``), e.g. ``ttft_p99:critical``."""
-    from llmsched_gym.errors import ConfigError
-
     if not isinstance(text, str) or not text.strip():
         raise ConfigError(f"--select {text!r} is invalid; give reward or METRIC[:CLASS], e.g. ttft_mean:all")
     t = text.strip()
@@ -181,10 +181,8 @@ class HarnessSelectionMixin:
         and run ``callback_on_new_best`` if it is the best so far. Returns whether to go on."""
         sel = self.selection
         if sel.metric != "reward" and episodes and all(m is None for m in episodes):
-            from llmsched_gym.errors import ConfigError
-
             raise ConfigError(f"--select {sel.text}: the evaluation episodes carry no harness metrics "
-                              "(infos['episode_metrics'], given by llmsched_gym.sb3); use --select reward")
+                              "(infos['episode_metrics'], given by agents.sb3); use --select reward")
         value = float(mean_reward) if sel.metric == "reward" else sel.value(episodes)
         key = sel.key(value, mean_reward)
         new_best = self.best_key is None or key > self.best_key

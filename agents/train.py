@@ -10,7 +10,7 @@ What happens, top to bottom (:func:`train`):
    entry per algorithm with ``n_envs``, ``policy``, ``policy_kwargs``, ``normalize``,
    ``env_kwargs`` and the algorithm's own keywords); command-line values override them.
 2. The training environment is the package's *native* vector env
-   (``gymnasium.make_vec``) adapted to SB3 with :func:`llmsched_gym.sb3.to_sb3_vec_env`.
+   (``gymnasium.make_vec``) adapted to SB3 with :func:`agents.sb3.to_sb3_vec_env`.
    A curriculum (several scenarios and/or a load range, ``--scenario chatbot,agent
    --load 0.3:0.7``) gives every (scenario, load) point its own native vector env; they
    are concatenated (:class:`ConcatVecEnv`) so one rollout mixes them.
@@ -42,8 +42,28 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pydantic import BaseModel
 
-from llmsched_gym.validation import INSTANCES, SECONDS, SEED
+import llmsched_gym  # noqa: F401  (registers the environments)
+from agents.selection import default_select, eval_callback_class, parse_select
+from llmsched_gym.cli import OneLineParser
+from llmsched_gym.envs.core import make_setup
+from llmsched_gym.errors import ConfigError
+from llmsched_gym.scenarios import make_scenario
+from llmsched_gym.validation import (
+    STRICT,
+    Duration,
+    Instances,
+    Seed,
+    check_name,
+    check_output_dir,
+    check_typed,
+    describe_type,
+    ranged,
+    signature_params,
+    type_ok,
+    validate_model,
+)
 
 ENV_FILES = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
              "llmsched/Admission-v0": "admission", "llmsched/Gateway-v0": "gateway"}
@@ -57,8 +77,6 @@ EVAL_SEED_BASE = 1_000_000
 def load_hyperparams(env_id: str, algo: str, path: "str | os.PathLike | None" = None) -> dict:
     """The YAML entry for ``algo`` in the environment's hyperparameter file."""
     import yaml
-
-    from llmsched_gym.errors import ConfigError
 
     if env_id not in ENV_FILES:
         raise ConfigError(f"--env {env_id!r} is unknown; choose one of {', '.join(ENV_FILES)}")
@@ -83,30 +101,30 @@ FIXED_KEYS = ("policy", "env", "seed", "verbose", "tensorboard_log", "device", "
 
 #: Ranges of the numeric hyperparameters (a schedule, a tuple or "auto" is the library's
 #: to check), so a bad value is one line here and not torch's or numpy's traceback.
-_FRACTION = {"ge": 0, "le": 1}
-HYPERPARAM_RULES = {
-    "learning_rate": {"ge": 0, "le": 1},  # 0: a frozen policy (the residual's starting point) "n_steps": {"integer": True, "ge": 1, "le": 2**20},
-    "batch_size": {"integer": True, "ge": 1, "le": 2**20}, "n_epochs": {"integer": True, "ge": 1, "le": 1000},
-    "gamma": _FRACTION, "gae_lambda": _FRACTION, "clip_range": {"gt": 0, "le": 10}, "clip_range_vf": {"gt": 0, "le": 10},
-    "ent_coef": {"ge": 0, "le": 100}, "vf_coef": {"ge": 0, "le": 100}, "max_grad_norm": {"gt": 0, "le": 1e6},
-    "target_kl": {"gt": 0, "le": 100}, "buffer_size": {"integer": True, "ge": 1, "le": 10**8},
-    "learning_starts": {"integer": True, "ge": 0, "le": 10**9}, "tau": _FRACTION, "train_freq": {"integer": True, "ge": 1},
-    "gradient_steps": {"integer": True, "ge": -1, "le": 10**4}, "target_update_interval": {"integer": True, "ge": 1},
-    "sde_sample_freq": {"integer": True, "ge": -1}, "stats_window_size": {"integer": True, "ge": 1, "le": 10**6},
-    "n_envs": {"integer": True, "ge": 1, "le": 256}, "eval_freq": {"integer": True, "ge": 1},
-    "n_eval_episodes": {"integer": True, "ge": 1, "le": 10**4}, "eval_duration_s": {"gt": 0, "le": 86400},
-    "checkpoint_freq": {"integer": True, "ge": 1},
+_FRACTION = ranged(float, ge=0, le=1)
+HYPERPARAM_RANGES = {
+    "learning_rate": _FRACTION,  # 0: a frozen policy (the residual's starting point)
+    "n_steps": ranged(int, ge=1, le=2**20), "batch_size": ranged(int, ge=1, le=2**20),
+    "n_epochs": ranged(int, ge=1, le=1000), "gamma": _FRACTION, "gae_lambda": _FRACTION,
+    "clip_range": ranged(float, gt=0, le=10), "clip_range_vf": ranged(float, gt=0, le=10),
+    "ent_coef": ranged(float, ge=0, le=100), "vf_coef": ranged(float, ge=0, le=100),
+    "max_grad_norm": ranged(float, gt=0, le=1e6), "target_kl": ranged(float, gt=0, le=100),
+    "buffer_size": ranged(int, ge=1, le=10**8), "learning_starts": ranged(int, ge=0, le=10**9), "tau": _FRACTION,
+    "train_freq": ranged(int, ge=1), "gradient_steps": ranged(int, ge=-1, le=10**4),
+    "target_update_interval": ranged(int, ge=1), "sde_sample_freq": ranged(int, ge=-1),
+    "stats_window_size": ranged(int, ge=1, le=10**6), "n_envs": ranged(int, ge=1, le=256),
+    "eval_freq": ranged(int, ge=1), "n_eval_episodes": ranged(int, ge=1, le=10**4),
+    "eval_duration_s": ranged(float, gt=0, le=86400), "checkpoint_freq": ranged(int, ge=1),
 }
+EnvCount = HYPERPARAM_RANGES["n_envs"]
+EvalEpisodes = HYPERPARAM_RANGES["n_eval_episodes"]
 
 
 def check_hyperparams(algo: str, hp: dict, overrides: dict | None = None) -> None:
     """Every hyperparameter name against the algorithm's constructor (and the script's own
     keys), its value against the keyword's annotation and a number against its range
-    (:data:`HYPERPARAM_RULES`), before anything is built."""
+    (:data:`HYPERPARAM_RANGES`), before anything is built."""
     import numbers
-
-    from llmsched_gym.errors import ConfigError
-    from llmsched_gym.validation import check_number, describe_type, signature_params, type_ok
 
     params = {name: tp for name, tp, _ in signature_params(_algo_class(algo)) if name not in FIXED_KEYS}
     allowed = sorted(set(params) | set(SCRIPT_KEYS))
@@ -117,9 +135,9 @@ def check_hyperparams(algo: str, hp: dict, overrides: dict | None = None) -> Non
             raise ConfigError(f"{where}: {k!r} is not a {algo} hyperparameter; allowed: {', '.join(allowed)}")
         if k in params and k not in SCRIPT_KEYS and not type_ok(v, params[k])[0]:
             raise ConfigError(f"{where} is invalid; it must be {describe_type(params[k])}")
-        if k in HYPERPARAM_RULES and isinstance(v, numbers.Real) and not isinstance(v, bool):
+        if k in HYPERPARAM_RANGES and isinstance(v, numbers.Real) and not isinstance(v, bool):
             try:
-                check_number(k, v, **HYPERPARAM_RULES[k])
+                check_typed(k, v, HYPERPARAM_RANGES[k])
             except ConfigError as e:
                 raise ConfigError(f"{where} is invalid; {str(e).split('; ', 1)[1]}") from None
 
@@ -177,8 +195,6 @@ POLICY_VARIANT_ENV_KWARGS = {
 
 def policy_variant_hyperparams(env_id: str, algo: str, variant: str) -> dict:
     """The hyperparameter changes of ``--policy VARIANT`` (``default``: none)."""
-    from llmsched_gym.errors import ConfigError
-
     if variant in ("default", ""):
         return {}
     cls = POLICY_VARIANTS.get((env_id, algo, variant))
@@ -194,8 +210,6 @@ def policy_variant_hyperparams(env_id: str, algo: str, variant: str) -> dict:
 def policy_variant_env_kwargs(env_id: str, variant: "str | None", env_kwargs: dict) -> dict:
     """``env_kwargs`` with the keywords ``--policy VARIANT`` needs (one clear error when
     ``env_kwargs`` sets one of them differently)."""
-    from llmsched_gym.errors import ConfigError
-
     need = POLICY_VARIANT_ENV_KWARGS.get((env_id, variant or "default"), {})
     out = dict(env_kwargs)
     for k, v in need.items():
@@ -210,8 +224,6 @@ def policy_variant_env_kwargs(env_id: str, variant: "str | None", env_kwargs: di
 def parse_rates(text: "str | None") -> list[float]:
     """``"0.5"`` -> [0.5]; ``"0.3,0.5"`` -> [0.3, 0.5]; ``"0.3:0.7"`` -> 5 points from 0.3 to
     0.7; ``"0.3:0.7:3"`` -> 3 points."""
-    from llmsched_gym.errors import ConfigError
-
     if text is None or str(text).strip() == "":
         return []
     out: list[float] = []
@@ -248,8 +260,7 @@ def make_venv(env_id: str, points: list[tuple[str, dict]], n_envs: int, env_kwar
     """A SB3 VecEnv over native vector envs, ``n_envs`` sub-envs spread over ``points``."""
     import gymnasium as gym
 
-    import llmsched_gym  # noqa: F401  (registers the environments)
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     n_envs = max(n_envs, len(points))
     counts = [n_envs // len(points) + (1 if k < n_envs % len(points) else 0) for k in range(len(points))]
@@ -262,8 +273,6 @@ def make_venv(env_id: str, points: list[tuple[str, dict]], n_envs: int, env_kwar
         if rate and late:
             # As the evaluation harness does: a load refers to the unshortened scenario's
             # capacity (and a shortened window does not trigger a new capacity measurement).
-            from llmsched_gym.scenarios import make_scenario
-
             rate = {"qps": make_scenario(scenario, **rate, **early).target_qps()}
         venv = to_sb3_vec_env(gym.make_vec(env_id, num_envs=n, scenario=scenario, **rate, **env_kwargs))
         venv.seed(seed + offset)
@@ -326,8 +335,6 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
     from stable_baselines3.common.vec_env import VecMonitor, VecNormalize
 
-    from llmsched_gym.errors import ConfigError
-
     if torch_threads:
         torch.set_num_threads(int(torch_threads))
     if timesteps < 1:
@@ -337,7 +344,6 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
     if algo == "sac" and env_id == "llmsched/Routing-v0":
         raise ConfigError("sac needs a continuous action space: use ppo or maskable-ppo with llmsched/Routing-v0")
     hp = load_hyperparams(env_id, algo, hyperparams)
-    from agents.selection import default_select, eval_callback_class, parse_select
 
     selection = parse_select(select if select is not None else default_select(env_id))
     if policy_variant:
@@ -347,7 +353,6 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
         hp.update(variant)
     hp.update(overrides or {})
     check_hyperparams(algo, hp, overrides)
-    from llmsched_gym.validation import check_output_dir
 
     out = check_output_dir("out", out)  # before training: a bad path must not cost the run
 
@@ -366,8 +371,6 @@ def train(env_id: str = "llmsched/Routing-v0", scenarios=("chatbot",), algo: str
         policy_kwargs = eval(policy_kwargs, {"dict": dict})  # RL-Zoo convention: "dict(net_arch=[64, 64])"
     if env_id == "llmsched/Gateway-v0" and policy_variant == "residual" and "action_centre" not in policy_kwargs:
         # the residual starts at the environment's centre action (its base combination)
-        from llmsched_gym.envs.core import make_setup
-
         policy_kwargs["action_centre"] = make_setup("gateway", scenario=scenarios[0], **env_kwargs).centre.tolist()
     e_freq = int(eval_freq or hp.pop("eval_freq", 20_000))
     e_eps = int(eval_episodes or hp.pop("n_eval_episodes", 4))
@@ -502,8 +505,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _set_overrides(items: list[str]) -> dict:
     import yaml
 
-    from llmsched_gym.errors import ConfigError
-
     out = {}
     for it in items:
         k, eq, v = it.partition("=")
@@ -522,27 +523,30 @@ def _set_overrides(items: list[str]) -> dict:
     return out
 
 
-#: Numeric flags of ``train`` and what they allow.
-TRAIN_FLAGS = {"--timesteps": {"integer": True, "ge": 1, "le": 10**10}, "--seed": SEED, "--instances": INSTANCES,
-               "--duration": SECONDS, "--n-envs": HYPERPARAM_RULES["n_envs"], "--eval-freq": {"integer": True, "ge": 1},
-               "--eval-episodes": HYPERPARAM_RULES["n_eval_episodes"], "--verbose": {"integer": True, "ge": 0, "le": 2}}
+class TrainFlags(BaseModel):
+    """The numeric flags of ``train`` and what they allow (a flag sets the field its ``dest`` names)."""
+
+    model_config = STRICT
+    timesteps: ranged(int, ge=1, le=10**10) | None = None
+    seed: Seed | None = None
+    instances: Instances | None = None
+    duration: Duration | None = None
+    n_envs: EnvCount | None = None
+    eval_freq: ranged(int, ge=1) | None = None
+    eval_episodes: EvalEpisodes | None = None
+    verbose: ranged(int, ge=0, le=2) | None = None
 
 
 def check_args(args) -> None:
     """The flags' values (one clear error before anything is built)."""
-    from llmsched_gym.validation import check_name, check_number, check_output_dir
-
-    for flag, rule in TRAIN_FLAGS.items():
-        v = getattr(args, flag[2:].replace("-", "_"), None)
-        if v is not None:
-            check_number(flag, v, **rule)
+    values = {k: getattr(args, k, None) for k in TrainFlags.model_fields}
+    validate_model(TrainFlags, {k: v for k, v in values.items() if v is not None},
+                   names={k: "--" + k.replace("_", "-") for k in values})
     for flag in ("--scenario", "--eval-scenario", "--hyperparams", "--qps", "--load", "--paper-qps", "--eval-rates"):
         check_name(flag, getattr(args, flag[2:].replace("-", "_"), None), none_ok=True, what="a value")
     if args.out is not None:
         check_output_dir("--out", args.out)
     if args.select is not None:
-        from agents.selection import parse_select
-
         parse_select(args.select)
 
 
@@ -557,11 +561,8 @@ def run_from_args(args) -> dict:
     rates = parse_rates(text)
     eval_rates = parse_rates(args.eval_rates)
     if eval_rates and kind is None:
-        from llmsched_gym.errors import ConfigError
-
         raise ConfigError("--eval-rates needs a training rate kind (--qps, --load or --paper-qps)")
     out = args.out or f"runs/{ENV_FILES[env_id]}-{'+'.join(scenarios)}-{algo}-s{args.seed}"
-    from llmsched_gym.validation import check_output_dir
 
     check_output_dir("--out", out, force=args.force)  # an earlier run's model is not replaced silently
     meta = train(env_id, scenarios, algo, args.timesteps, args.seed, out, rate_kind=kind, rates=rates,
@@ -580,12 +581,9 @@ def run_from_args(args) -> dict:
 
 
 def main(argv=None) -> int:
-    from llmsched_gym.cli import _Parser  # one-line argparse errors, as the package CLI
-
-    p = _Parser(prog="python -m agents.train", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m agents.train", description=__doc__.splitlines()[0])
     add_arguments(p)
     args = p.parse_args(argv)
-    from llmsched_gym.errors import ConfigError
 
     try:
         run_from_args(args)

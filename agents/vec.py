@@ -9,6 +9,8 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import VecEnv
 
+from llmsched_gym.errors import ConfigError
+
 
 class ConcatVecEnv(VecEnv):
     """Several SB3 VecEnvs with the same spaces, stepped as one (a training mixture)."""
@@ -18,8 +20,6 @@ class ConcatVecEnv(VecEnv):
         first = self.venvs[0]
         for v in self.venvs[1:]:
             if v.observation_space != first.observation_space or v.action_space != first.action_space:
-                from llmsched_gym.errors import ConfigError
-
                 raise ConfigError("curriculum: every scenario must give the same observation/action spaces "
                                   "(same number of instances and priority bands)")
         self.bounds = np.cumsum([0] + [v.num_envs for v in self.venvs])

@@ -24,7 +24,7 @@ starts warm (serving at time 0).
 
 Scaling policies (role ``scaling``, :class:`ScalingPolicy`) see a :class:`ScalingView`
 once per scaling interval and return the instances they want; :func:`run_autoscaled`
-drives a simulation with one (``benchmarks/autoscaling.py``, ``compare --scaler``).
+drives a simulation with one (``benchmarks/studies/autoscaling.py``, ``compare --scaler``).
 """
 
 from __future__ import annotations

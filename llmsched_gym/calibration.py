@@ -23,7 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .engine.hardware import get_hardware
+from .engine.latency import _KINDS, _overridable, load_latency_file
 from .errors import ConfigError
+from .scenarios import scenario_from_dict
+from .validation import atomic_write_text
+from .workloads.inference_perf import InferencePerfProfile
 
 #: Statistics compared, as named in the measured runs (ms).
 METRICS = ("ttft_mean", "ttft_p90", "ttft_p99", "e2e_mean", "e2e_p90", "e2e_p99", "itl_mean_nominal")
@@ -82,8 +87,6 @@ def load_runs(path: str | Path) -> list[MeasuredRun]:
 
 
 def _is_preset(name: str) -> bool:
-    from .engine.hardware import get_hardware
-
     try:
         get_hardware(name)
         return True
@@ -107,8 +110,6 @@ def run_scenario(run: MeasuredRun, latency_model: str = "vllm-calibrated", laten
     """The :class:`~llmsched_gym.scenarios.Scenario` of a measured run: one instance with the
     run's limits, KV blocks (the server's log; else from ``gpu_memory_utilization``) and
     scheduling mode (:func:`async_scheduling_of`), the inference-perf profile as the workload."""
-    from .scenarios import scenario_from_dict
-
     v, w = run.vllm, run.workload
     cluster = {"instances": 1, "hardware": run.hardware, "model": run.model, "tp": run.tp,
                "latency_model": latency_model, "latency_params": dict(latency_params or {}),
@@ -160,8 +161,6 @@ def simulate_run(run: MeasuredRun, latency_model: str = "vllm-calibrated", laten
     ``max_stage_s`` keeps only each stage's first seconds (faster fits; a stage's means
     settle within a minute when the server keeps up).
     """
-    from .workloads.inference_perf import InferencePerfProfile
-
     sc = run_scenario(run, latency_model, latency_params)
     prof: InferencePerfProfile = sc.profile
     if max_stage_s is not None:
@@ -198,8 +197,6 @@ def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_param
     beyond: one run the model cannot explain does not drag every other). A step that does
     not lower the cost is retried with more damping (Levenberg-Marquardt).
     """
-    from .engine.latency import _KINDS, _overridable
-
     cls = _KINDS.get(base)
     if cls is None or not issubclass(cls, _KINDS["blis-trained-physics"]):
         raise ConfigError(f"calibrate: base={base!r} is invalid; allowed: blis-trained-physics, vllm-calibrated")
@@ -282,8 +279,6 @@ def errors(runs: list[MeasuredRun], latency_model: str, params: dict | None = No
 
 def write_latency_file(path: str | Path, kind: str, params: dict, report: dict) -> None:
     """A latency-model file (``--latency-model FILE``): kind, coefficients, and the fit's report."""
-    from .validation import atomic_write_text
-
     atomic_write_text(path, json.dumps({"kind": kind, "params": params, "fit": report}, indent=2, default=float))
 
 
@@ -295,8 +290,6 @@ def start_params(spec: str | None) -> dict:
     import inspect
     from pathlib import Path as _P
 
-    from .engine.latency import _KINDS, load_latency_file
-
     if spec is None:
         return {}
     if spec in _KINDS and issubclass(_KINDS[spec], _KINDS["blis-trained-physics"]):
@@ -307,71 +300,11 @@ def start_params(spec: str | None) -> dict:
     raise ConfigError(f"--start {spec!r} is invalid; give blis-trained-physics, vllm-calibrated or a latency-model file")
 
 
-def _model_of(run: MeasuredRun) -> str:
+def model_of(run: MeasuredRun) -> str:
+    """The name of the model a measured run served."""
     return str(run.model.get("name", run.model.get("config")))
 
 
-def _error_rows(rows: list[dict], held: set[str]) -> list[dict]:
+def error_rows(rows: list[dict], held: set[str]) -> list[dict]:
+    """Per run: its key, whether it was held out of the fit, and its error per metric (%)."""
     return [{"key": r["key"], "held_out": r["key"] in held, **{m: r["ape"].get(m) for m in METRICS}} for r in rows]
-
-
-def cmd_calibrate(args) -> int:
-    from .validation import check_output_file
-
-    check_output_file("--out", args.out)
-    runs = load_runs(args.runs)
-    held_models = set(args.holdout_model or [])
-    known = {_model_of(r) for r in runs}
-    unknown = sorted(held_models - known)
-    if unknown:
-        raise ConfigError(f"--holdout-model {unknown[0]!r} is not a model of {args.runs}; models: {', '.join(sorted(known))}")
-    fit_runs = [r for r in runs if _model_of(r) not in held_models]
-    if not fit_runs:
-        raise ConfigError("--holdout-model leaves no run to fit")
-    fit = tuple(p.strip() for p in args.fit.split(",") if p.strip())
-    metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
-    bad = [m for m in metrics if m not in METRICS]
-    if bad:
-        raise ConfigError(f"--metrics {bad[0]!r} is not known; allowed: {', '.join(METRICS)}")
-    print(f"fitting {', '.join(fit)} of {args.base} on {len(fit_runs)} runs ({len(runs) - len(fit_runs)} held out)")
-    params = calibrate(fit_runs, base=args.base, base_params=start_params(args.start), fit=fit, metrics=metrics,
-                       iterations=args.iterations, log=print)
-    rows = errors(runs, args.base, params)
-    held = {r.key for r in runs if _model_of(r) in held_models}
-    table = _error_rows(rows, held)
-    print(f"{'run':52s} {'held':>5s} " + " ".join(f"{m[:14]:>14s}" for m in METRICS))
-    for t in table:
-        print(f"{t['key'][:52]:52s} {'yes' if t['held_out'] else '':>5s} "
-              + " ".join(f"{t[m]:13.1f}%" if t[m] is not None else f"{'-':>14s}" for m in METRICS))
-    summary = {}
-    for group, sel in (("fit", [t for t in table if not t["held_out"]]), ("held_out", [t for t in table if t["held_out"]])):
-        if sel:
-            summary[group] = {m: {"median": float(np.median([t[m] for t in sel if t[m] is not None])),
-                                  "mean": float(np.mean([t[m] for t in sel if t[m] is not None]))} for m in METRICS}
-            print(f"{group}: " + "; ".join(f"{m} median {v['median']:.1f}% mean {v['mean']:.1f}%"
-                                             for m, v in summary[group].items()))
-    write_latency_file(args.out, args.base, params, {"runs": str(args.runs), "fit": list(fit), "metrics": list(metrics),
-                                                      "held_out_models": sorted(held_models), "errors_pct": table,
-                                                      "summary_pct": summary})
-    print(f"wrote {args.out} (use it with --latency-model {args.out})")
-    return 0
-
-
-def add_cli(subparsers) -> None:
-    p = subparsers.add_parser(
-        "calibrate", help="fit step-time coefficients to measured vLLM runs; write a latency-model file",
-        description="Fit the coefficients of a trained-physics step-time model to the per-stage statistics of "
-                    "measured runs (a runs.json as in docs/validation.md), each run simulated under its own "
-                    "open-loop inference-perf arrivals; report the error per run, on fitted and held-out runs.")
-    p.add_argument("--runs", required=True, help="measured runs (JSON; see docs/validation.md)")
-    p.add_argument("--out", required=True, help="latency-model file to write (JSON)")
-    p.add_argument("--base", default="vllm-calibrated", help="step-time model whose coefficients are fitted "
-                   "(vllm-calibrated or blis-trained-physics; the others keep its values)")
-    p.add_argument("--fit", default=",".join(FIT_PARAMS), help="coefficients to fit (comma-separated)")
-    p.add_argument("--metrics", default="ttft_mean,e2e_mean", help="per-stage statistics fitted (comma-separated)")
-    p.add_argument("--holdout-model", action="append", metavar="MODEL",
-                   help="leave this model's runs out of the fit (repeatable); they are reported as held out")
-    p.add_argument("--iterations", type=int, default=12, help="Levenberg-Marquardt iterations at most")
-    p.add_argument("--start", help="initial coefficients: blis-trained-physics, vllm-calibrated or a latency-model "
-                   "file (default: the base's)")
-    p.set_defaults(func=cmd_calibrate)

@@ -6,8 +6,6 @@ fix the input without reading a traceback. The CLI turns these into exit code 2.
 
 from __future__ import annotations
 
-import numbers
-
 #: The longest word an error message shows whole; a longer value (a pasted file, a
 #: runaway argument) shows its start and end and how long it is.
 LONGEST_WORD = 200
@@ -47,21 +45,3 @@ class OutputError(ConfigError):
 
 class PolicyError(RuntimeError):
     """A policy returned something the simulator cannot act on."""
-
-
-def check_choice(field: str, value, allowed) -> None:
-    """Raise ConfigError unless ``value`` is one of ``allowed``."""
-    if value not in allowed:
-        raise ConfigError(
-            f"{field}={value!r} is not known; allowed: {', '.join(map(str, sorted(allowed)))}"
-        )
-
-
-def check_nonnegative(field: str, value, *, strict: bool = False) -> None:
-    """Raise ConfigError if ``value`` is not a number, or negative (or zero when ``strict``)."""
-    want = "> 0" if strict else ">= 0"
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ConfigError(f"{field}={value!r} is invalid; it must be a number {want}")
-    bad = value <= 0 if strict else value < 0
-    if bad or value != value:  # NaN compares unequal to itself
-        raise ConfigError(f"{field}={value!r} is invalid; it must be {want}")

@@ -29,13 +29,15 @@ door (``EngineState.crash``, ``restart``, ``block_scrapes``, ``set_slowdown``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
+import yaml
 
 from .errors import ConfigError
-from .validation import MAX_INSTANCES, MAX_SECONDS, SEED, check_choice, check_keys, check_number, invalid
+from .validation import MAX_INSTANCES, MAX_SECONDS, Seed, check_keys, check_number, config_dataclass, invalid, ranged
 
 ON_CRASH = ("retry", "fail")
 KV_LOAD_FAILURE = ("fail", "recompute")
@@ -65,7 +67,7 @@ def _instance(field_name: str, value, allow_all: bool):
     return check_number(field_name, value, integer=True, ge=0, le=MAX_INSTANCES - 1)
 
 
-@dataclass
+@config_dataclass("faults")
 class FaultSchedule:
     """Faults of one simulation (module docstring); every field optional.
 
@@ -85,16 +87,17 @@ class FaultSchedule:
             ``recompute`` d on its decode instance.
     """
 
-    crashes: list = field(default_factory=list)
+    # The entries' own fields are checked in __post_init__ (each error names its index).
+    crashes: list | tuple | None = field(default_factory=list)
     crash_rate: dict | None = None
-    scrape_outages: list = field(default_factory=list)
-    stragglers: list = field(default_factory=list)
-    on_crash: str = "retry"
-    max_retries: int = 1
-    seed: int | None = None
-    kv_link_slowdowns: list = field(default_factory=list)
-    kv_link_outages: list = field(default_factory=list)
-    kv_load_failure: str = "fail"
+    scrape_outages: list | tuple | None = field(default_factory=list)
+    stragglers: list | tuple | None = field(default_factory=list)
+    on_crash: Literal[ON_CRASH] = "retry"
+    max_retries: ranged(int, ge=0, le=MAX_RETRIES) = 1
+    seed: Seed | None = None
+    kv_link_slowdowns: list | tuple | None = field(default_factory=list)
+    kv_link_outages: list | tuple | None = field(default_factory=list)
+    kv_load_failure: Literal[KV_LOAD_FAILURE] = "fail"
 
     def __post_init__(self) -> None:
         self.crashes = [self._entry(f"faults.crashes[{k}]", e, ("instance", "at_s", "restart_s"),
@@ -109,7 +112,6 @@ class FaultSchedule:
                                                                                self.kv_link_slowdowns))]
         self.kv_link_outages = [self._entry(f"faults.kv_link_outages[{k}]", e, ("at_s", "duration_s"), {})
                                 for k, e in enumerate(_items("faults.kv_link_outages", self.kv_link_outages))]
-        check_choice("faults.kv_load_failure", self.kv_load_failure, KV_LOAD_FAILURE)
         if self.crash_rate is not None:
             r = check_keys("faults.crash_rate", self.crash_rate, ("per_instance_per_s", "restart_s", "from_s", "to_s"))
             if "per_instance_per_s" not in r:
@@ -123,10 +125,6 @@ class FaultSchedule:
             if self.crash_rate["to_s"] is not None and self.crash_rate["to_s"] <= self.crash_rate["from_s"]:
                 raise invalid("faults.crash_rate.to_s", self.crash_rate["to_s"],
                               f"it must be after from_s={self.crash_rate['from_s']:g}")
-        check_choice("faults.on_crash", self.on_crash, ON_CRASH)
-        self.max_retries = check_number("faults.max_retries", self.max_retries, integer=True, ge=0, le=MAX_RETRIES)
-        if self.seed is not None:
-            self.seed = check_number("faults.seed", self.seed, **SEED)
         n = (len(self.crashes) + len(self.scrape_outages) + len(self.stragglers) + len(self.kv_link_slowdowns)
              + len(self.kv_link_outages))
         if n > MAX_EVENTS:
@@ -161,8 +159,6 @@ class FaultSchedule:
                 raise invalid(source, str(value), "it must be a YAML file of faults (crashes, crash_rate, "
                               "scrape_outages, stragglers, on_crash, max_retries, seed, kv_link_slowdowns, "
                               "kv_link_outages, kv_load_failure)")
-            import yaml
-
             try:
                 value = yaml.safe_load(path.read_text())
             except yaml.YAMLError as e:

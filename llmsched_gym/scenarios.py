@@ -21,46 +21,49 @@ import json
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Callable
+from typing import Annotated, Callable, Literal
 
 import numpy as np
 import yaml
+from pydantic import BaseModel, BeforeValidator, Field, create_model
 
 from .capacity import METHOD, capacity_record, steady_state
 from .engine import EngineConfig
-from .errors import ConfigError, check_nonnegative
+from .errors import ConfigError
 from .faults import FaultSchedule
+from .gateway.epp import gateway_from_yaml
 from .gateway.eviction import EvictionConfig
 from .gateway.policy import check_policy_ref, make_policy
 from .gateway.saturation import SaturationConfig
-from .simulator import (
-    CLUSTER_RULES,
-    ENGINE_RULES,
-    GATEWAY_RULES,
-    ClusterConfig,
-    GatewayConfig,
-    Simulator,
-    check_kv_blocks,
-)
+from .simulator import ClusterConfig, GatewayConfig, Simulator
 from .validation import (
-    LOAD,
-    QPS,
-    REQUESTS,
-    SECONDS,
-    check_fields,
-    check_name,
+    MAX_QPS,
+    MAX_REQUESTS,
+    STRICT,
+    Duration,
+    Fraction,
+    LoadFactor,
+    Name,
+    Rate,
+    RequestCount,
+    check_keys,
     check_number,
     check_seed,
     checked_keywords,
+    config_dataclass,
+    from_mapping,
     invalid,
+    model_fields,
+    validate_model,
 )
 from .workloads.inference_perf import InferencePerfProfile
 from .workloads.synthetic import WorkloadSpec, generate
-from .workloads.trace_registry import trace_dir
+from .workloads.trace_registry import TRACES, locate, trace_dir
+from .workloads.traces import TRACE_FORMATS, assign_priorities, load_trace
 from .workloads.workload import Workload, merge_workloads
 
 
-@dataclass
+@config_dataclass("trace")
 class TraceSource:
     """A workload replayed from a trace file.
 
@@ -73,18 +76,17 @@ class TraceSource:
             seed); the rest are sheddable (-1). None keeps the trace's priorities.
     """
 
-    path: str
-    format: str
-    limit: int | None = None
-    critical_share: float | None = None
+    path: Name
+    format: Literal[TRACE_FORMATS]
+    limit: RequestCount | None = None
+    critical_share: Fraction | None = None
 
     def resolve(self) -> Path:
         p = Path(self.path).expanduser()
         if not p.is_absolute():
             p = trace_dir() / p
         if not p.exists():
-            from .workloads.trace_registry import locate  # a trace name, or a path under the download cache
-
+            # a trace name, or a path under the download cache
             found = None if Path(self.path).is_absolute() else locate(self.path)
             if found is not None:
                 return found
@@ -95,8 +97,6 @@ class TraceSource:
         return p
 
     def load(self) -> Workload:
-        from .workloads.traces import load_trace
-
         key = (str(self.resolve()), self.format, self.limit)
         if key not in _TRACE_CACHE:
             kwargs = {} if self.format == "blis" else {"limit": self.limit}
@@ -213,7 +213,7 @@ class Scenario:
 
     def at_rate(self, qps: float) -> "Scenario":
         """A copy running at exactly ``qps`` requests/s."""
-        check_nonnegative("qps", qps, strict=True)
+        check_number("qps", qps, gt=0)
         return replace(self, qps=float(qps), load=None, paper_qps=None)
 
     # ------------------------------------------------------------------ building
@@ -228,9 +228,9 @@ class Scenario:
         """:meth:`target_qps`, within the rate any real cluster takes (a load far above
         capacity, or a trace squeezed by a tiny time scale, is an error)."""
         qps = self.target_qps()
-        if qps > QPS["le"]:
+        if qps > MAX_QPS:
             raise ConfigError(f"{self.rate_setting()} is invalid; it means {qps:.4g} req/s, above the "
-                              f"{QPS['le']:g} req/s any real cluster takes")
+                              f"{MAX_QPS:g} req/s any real cluster takes")
         return qps
 
     def check_size(self, rate: str | None = None) -> None:
@@ -241,11 +241,11 @@ class Scenario:
         factor = qps / self.base_rate()
         expected = sum(s.num_requests if s.num_requests is not None else s.arrival.rate * factor * s.duration_s
                        for s in self.specs)
-        if expected > REQUESTS["le"]:
+        if expected > MAX_REQUESTS:
             window = ", ".join(f"{s.duration_s:g} s" for s in self.specs if s.duration_s is not None)
             raise ConfigError(f"{rate or self.rate_setting() or f'qps={qps:g}'} is invalid for scenario "
                               f"{self.name!r}: about {expected:.3g} requests over its {window} arrival window, more "
-                              f"than the {REQUESTS['le']:,} one simulation takes; lower the rate or the window "
+                              f"than the {MAX_REQUESTS:,} one simulation takes; lower the rate or the window "
                               "(duration_s)")
 
     @checked_keywords
@@ -253,8 +253,6 @@ class Scenario:
         """The requests of this scenario for ``seed`` (same seed, same requests)."""
         check_seed("seed", seed)
         if isinstance(self.workload, TraceSource):
-            from .workloads.traces import assign_priorities
-
             w = self.workload.load()
             if self.rate_setting() is not None:
                 if w.duration_s <= 0:  # no span, no rate: nothing to rescale
@@ -401,38 +399,64 @@ def list_scenarios() -> list[str]:
     return sorted(_REGISTRY)
 
 
-_OVERRIDES = {"qps", "load", "paper_qps", "instances", "horizon_s", "router", "flow_control", "admission",
-              "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "trace_path",
-              "capacity_horizon_s", "duration_s", "num_requests", "cpu_kv_gb", "cpu_link_gbps", "cpu_kv_events",
-              "cpu_kv_shared", "prefill_instances", "kv_link", "kv_link_gbps", "kv_link_latency_s", "pd",
-              "eviction", "faults", "staleness_policy"}
-#: make_scenario keywords: numeric rules (the rest are names, policies or paths).
-SCENARIO_OVERRIDE_RULES = {
-    "qps": QPS, "load": LOAD, "paper_qps": QPS,
-    "horizon_s": SECONDS | {"none_ok": True}, "capacity_horizon_s": SECONDS,
-    "duration_s": SECONDS, "num_requests": REQUESTS,
-} | {k: CLUSTER_RULES[k] for k in ("instances", "scrape_interval_s", "cpu_kv_gb", "cpu_link_gbps",
-                                   "prefill_instances", "kv_link_gbps", "kv_link_latency_s")}
+# ====================================================================== settings
+# Configuration models of a scenario's settings. The YAML schema, ``make_scenario``'s
+# keywords, the environments' keywords and the CLI's flags are all validated by these
+# (and by the config dataclasses they hold), so a rule is declared once, as a field type.
+class RateSetting(BaseModel):
+    """A scenario's rate: a literal request rate, a fraction of capacity, or a published QPS
+    point (at most one is given; None: not given)."""
+
+    model_config = STRICT
+    qps: Rate | None = None
+    load: LoadFactor | None = None
+    paper_qps: Rate | None = None
 
 
-def check_scenario_overrides(overrides: dict) -> None:
-    """Types and ranges of ``make_scenario`` keywords (names are checked by the caller)."""
-    for k, v in overrides.items():
-        if v is None and k in ("qps", "load", "paper_qps"):
-            continue  # not given
-        if k in SCENARIO_OVERRIDE_RULES:
-            check_number(k, v, **SCENARIO_OVERRIDE_RULES[k])
-        elif k in ("hardware", "model") and isinstance(v, dict):
-            continue  # a GPU / model description, checked when the cluster is built
-        elif k in ("hardware", "model", "latency_model", "kv_link"):
-            check_name(k, v)
-        elif k == "kv_blocks":
-            check_kv_blocks(k, v)
-        elif k in ("router", "flow_control", "admission", "pd"):
-            check_policy_ref(k, v, none_ok=k != "router")
-        elif k == "trace_path":
-            if not isinstance(v, (str, os.PathLike)) or not str(v).strip():
-                raise invalid(k, v, "it must be a file path")
+RATE_KEYS = tuple(RateSetting.model_fields)
+#: ``make_scenario`` keywords that set a field of the scenario's cluster, with its type.
+CLUSTER_OVERRIDES = ("instances", "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "cpu_kv_gb",
+                     "cpu_link_gbps", "cpu_kv_events", "cpu_kv_shared", "prefill_instances", "kv_link", "kv_link_gbps",
+                     "kv_link_latency_s")
+#: ``make_scenario`` keywords that set a gateway policy (a name, a spec or an object).
+POLICY_OVERRIDES = ("router", "flow_control", "admission", "pd")
+
+
+class _ScenarioSettings(RateSetting):
+    """The keywords of :func:`make_scenario` besides the cluster's (see :data:`ScenarioOverrides`)."""
+
+    horizon_s: Duration | None = None
+    capacity_horizon_s: Duration | None = None
+    duration_s: Duration | None = None
+    num_requests: RequestCount | None = None
+    router: object = None
+    flow_control: object = None
+    admission: object = None
+    pd: object = None
+    eviction: object = None  # built by EvictionConfig.from_value
+    trace_path: Name | Path | None = None
+    #: a FaultSchedule, a mapping of its fields or a YAML file's path (``--faults FILE``)
+    faults: Annotated[FaultSchedule | None, BeforeValidator(FaultSchedule.from_value)] = None
+    staleness_policy: model_fields(SaturationConfig)["staleness_policy"] | None = None
+
+
+#: The keywords of :func:`make_scenario`: the rate, the window, the gateway's policies and
+#: the cluster fields of :data:`CLUSTER_OVERRIDES` (their types are ClusterConfig's).
+ScenarioOverrides = create_model("ScenarioOverrides", __base__=_ScenarioSettings,
+                                 __doc__="The keywords of make_scenario (one validation for Python, CLI and envs).",
+                                 **{k: (model_fields(ClusterConfig)[k], None) for k in CLUSTER_OVERRIDES})
+
+
+def check_scenario_overrides(overrides: dict, *, model: type[BaseModel] = ScenarioOverrides, label: str = "make_scenario",
+                             names: dict | None = None, what: str = "keyword") -> BaseModel:
+    """Names, types and ranges of ``make_scenario`` keywords (or of ``model``, a model that
+    extends :data:`ScenarioOverrides`: an environment's keywords), and the policies they name;
+    the validated model. ``names`` shows a field by another name (the CLI flag that set it)."""
+    checked = validate_model(model, overrides, label=label, names=names, what=what)
+    for k in POLICY_OVERRIDES:
+        if k in overrides:
+            check_policy_ref((names or {}).get(k, k), overrides[k], none_ok=k != "router")
+    return checked
 
 
 def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario:
@@ -457,10 +481,7 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
             raise ConfigError(f"unknown scenario {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
         entry = _REGISTRY[name]
         sc = copy.deepcopy(entry if isinstance(entry, Scenario) else entry())
-    unknown = set(overrides) - _OVERRIDES
-    if unknown:
-        raise ConfigError(f"unknown scenario override(s) {sorted(unknown)}; allowed: {', '.join(sorted(_OVERRIDES))}")
-    check_scenario_overrides(overrides)  # types, ranges, finiteness
+    checked = check_scenario_overrides(overrides)  # names, types, ranges, finiteness
     for k in ("duration_s", "num_requests"):
         if k in overrides and isinstance(sc.workload, (TraceSource, InferencePerfProfile)):
             raise ConfigError(f"{k}={overrides[k]!r} does not apply to {sc.name!r}, which replays a trace "
@@ -471,27 +492,22 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
     if len(rate) > 1:
         raise ConfigError(f"give at most one of qps, load, paper_qps (got {', '.join(rate)})")
     for k, v in rate.items():
-        check_nonnegative(k, v, strict=True)
         sc.qps = sc.load = sc.paper_qps = None
         setattr(sc, k, float(v))
-    cluster_keys = {"instances", "hardware", "model", "latency_model", "kv_blocks", "scrape_interval_s", "cpu_kv_gb",
-                    "cpu_link_gbps", "cpu_kv_events", "cpu_kv_shared", "prefill_instances", "kv_link", "kv_link_gbps",
-                    "kv_link_latency_s"}
-    cl = {k: overrides.pop(k) for k in list(overrides) if k in cluster_keys}
+    cl = {k: overrides.pop(k) for k in list(overrides) if k in CLUSTER_OVERRIDES}
     if cl:
         sc.cluster = replace(sc.cluster, **cl)
         sc.cluster.make_latency()  # validate names now, before any simulation
-    for k in ("router", "flow_control", "admission", "pd"):
+    for k in POLICY_OVERRIDES:
         if k in overrides:
             setattr(sc.gateway, k, overrides.pop(k))
     if "eviction" in overrides:
         sc.gateway.eviction = EvictionConfig.from_value(overrides.pop("eviction"), "eviction")
-    if "faults" in overrides:
-        sc.faults = FaultSchedule.from_value(overrides.pop("faults"))
-    if "staleness_policy" in overrides:  # the utilization detector's stalenessPolicy
-        sc.gateway.saturation = SaturationConfig.from_dict({**sc.gateway.saturation.to_dict(),
-                                                            "staleness_policy": overrides.pop("staleness_policy")},
-                                                           "staleness_policy")
+    if "faults" in overrides:  # a file's path read once, by the check
+        overrides.pop("faults")
+        sc.faults = checked.faults
+    if overrides.get("staleness_policy") is not None:  # the utilization detector's stalenessPolicy
+        sc.gateway.saturation = replace(sc.gateway.saturation, staleness_policy=overrides.pop("staleness_policy"))
     if "horizon_s" in overrides:
         sc.horizon_s = overrides.pop("horizon_s")
     if "capacity_horizon_s" in overrides:
@@ -510,125 +526,94 @@ def make_scenario(name: "str | Scenario | os.PathLike", **overrides) -> Scenario
 
 
 # ====================================================================== YAML
-_TOP_KEYS = {"name", "description", "cluster", "workload", "gateway", "horizon_s", "qps", "load",
-             "paper_qps", "published_capacity_qps", "default_rate", "capacity_horizon_s", "faults"}
+def _faults_section(d):
+    """A scenario file's ``faults`` section: a mapping of :class:`FaultSchedule`'s fields
+    (a file's path is ``make_scenario``'s and ``--faults``' form, not a section's)."""
+    if isinstance(d, (str, os.PathLike)):
+        raise invalid("faults", d, "it must be a mapping of faults (crashes, crash_rate, scrape_outages, "
+                      "stragglers, on_crash, max_retries, seed, kv_link_slowdowns, kv_link_outages, kv_load_failure)")
+    return FaultSchedule.from_value(d)
 
 
-def _known(path: str, d, allowed) -> dict:
-    if not isinstance(d, dict):
-        raise ConfigError(f"{path} must be a mapping, got {type(d).__name__}")
-    unknown = set(d) - set(allowed)
-    if unknown:
-        raise ConfigError(f"{path}: unknown field(s) {sorted(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    return d
+class ScenarioFile(RateSetting):
+    """A scenario YAML file's top level (docs/scenarios.md). The cluster and the gateway
+    are built by their config classes; the workload's forms by theirs."""
+
+    name: Name
+    description: str = ""
+    cluster: Annotated[ClusterConfig, from_mapping(ClusterConfig)]
+    workload: dict
+    gateway: Annotated[GatewayConfig, from_mapping(GatewayConfig)] = Field(default_factory=GatewayConfig)
+    horizon_s: Duration | None = None
+    published_capacity_qps: Rate | None = None
+    default_rate: RateSetting | None = None
+    capacity_horizon_s: Duration = 120.0
+    faults: Annotated[FaultSchedule | None, BeforeValidator(_faults_section)] = None
 
 
-#: Numeric rules of the YAML sections, by the class each section builds.
-_YAML_RULES = {"ClusterConfig": CLUSTER_RULES, "EngineConfig": ENGINE_RULES, "GatewayConfig": GATEWAY_RULES,
-               "TraceSource": {"limit": REQUESTS | {"none_ok": True},
-                               "critical_share": {"ge": 0, "le": 1, "none_ok": True}}}
+#: The forms of a YAML workload section: ``{trace: ...}``, ``{inference_perf: ...}``,
+#: ``{mixture: [...]}``, or one WorkloadSpec's fields.
+WORKLOAD_FORMS = ("trace", "inference_perf", "mixture")
 
 
-def _build(path: str, cls, d: dict):
-    check_fields(path, cls, {k: v for k, v in d.items() if k != "engine"}, _YAML_RULES.get(cls.__name__, {}),
-                 skip=("kv_blocks", "router", "admission", "flow_control"))
-    if cls is ClusterConfig and "kv_blocks" in d:
-        check_kv_blocks(f"{path}.kv_blocks", d["kv_blocks"])
-    if cls is GatewayConfig:
-        for k in set(d) & {"router", "admission", "flow_control"}:
-            check_policy_ref(f"{path}.{k}", d[k], none_ok=k != "router")
-    try:
-        return cls(**d)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    except TypeError as e:
-        raise ConfigError(f"{path}: {e}") from None
-
-
-def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
-    """Build and validate a scenario from a dict (the YAML schema); errors name the field."""
-    _known(source, d, _TOP_KEYS)
-    for req in ("name", "cluster", "workload"):
-        if req not in d:
-            raise ConfigError(f"{source}: missing required field {req!r}")
-    check_name(f"{source}.name", d["name"], what="a scenario name")
-    cl = dict(_known(f"{source}.cluster", d["cluster"], {f.name for f in fields(ClusterConfig)}))
-    if "engine" in cl:
-        cl["engine"] = _build(f"{source}.cluster.engine",
-                              EngineConfig, _known(f"{source}.cluster.engine", cl["engine"], {f.name for f in fields(EngineConfig)}))
-    cluster = _build(f"{source}.cluster", ClusterConfig, cl)
-    try:
-        cluster.make_latency()
-    except ConfigError as e:
-        raise ConfigError(f"{source}.cluster: {e}") from None
-    wl = d["workload"]
-    if isinstance(wl, dict) and "trace" in wl:
-        _known(f"{source}.workload", wl, {"trace"})
-        tr = _known(f"{source}.workload.trace", wl["trace"], {f.name for f in fields(TraceSource)})
-        from .workloads.trace_registry import TRACES
-        from .workloads.traces import TRACE_FORMATS
-
-        if "format" not in tr and tr.get("path") in TRACES:  # a trace by name carries its format
+def _workload_from_dict(wl: dict, cluster: ClusterConfig, source: str):
+    """The workload of a YAML scenario's ``workload`` section."""
+    form = next((k for k in WORKLOAD_FORMS if k in wl), None)
+    if form is not None:
+        check_keys(f"{source}.workload", wl, [form], what="field")
+    if form == "trace":
+        tr = wl["trace"]
+        if isinstance(tr, dict) and "format" not in tr and tr.get("path") in TRACES:  # a trace by name carries its format
             tr = {**tr, "format": TRACES[tr["path"]].format}
-        if tr.get("format") not in TRACE_FORMATS:
-            raise ConfigError(f"{source}.workload.trace.format={tr.get('format')!r} is not known; allowed: {', '.join(TRACE_FORMATS)}")
-        workload = _build(f"{source}.workload.trace", TraceSource, tr)
-    elif isinstance(wl, dict) and "inference_perf" in wl:
-        _known(f"{source}.workload", wl, {"inference_perf"})
+        if not isinstance(tr, dict):
+            raise ConfigError(f"{source}.workload.trace must be a mapping, got {type(tr).__name__}")
+        try:
+            return TraceSource(**tr)
+        except ConfigError as e:
+            raise ConfigError(f"{source}.workload.{e}") from None
+    if form == "inference_perf":
         ip = wl["inference_perf"]
         workload = InferencePerfProfile.from_dict(ip, f"{source}.workload.inference_perf")
         if isinstance(ip, dict) and "block_tokens" not in ip:  # hash blocks = the engine's KV blocks
             workload.block_tokens = cluster.engine.block_size
-    elif isinstance(wl, dict) and "mixture" in wl:
-        _known(f"{source}.workload", wl, {"mixture"})
-        workload = [WorkloadSpec.from_dict(w, f"{source}.workload.mixture[{i}]") for i, w in enumerate(wl["mixture"])]
-    else:
-        workload = WorkloadSpec.from_dict(wl, f"{source}.workload")
-    gw = d.get("gateway", {}) or {}
-    if isinstance(gw, dict) and "epp_config" in gw:  # an llm-d EndpointPickerConfig (docs/epp.md)
-        from .gateway.epp import gateway_from_yaml
+        return workload
+    if form == "mixture":
+        return [WorkloadSpec.from_dict(w, f"{source}.workload.mixture[{i}]") for i, w in enumerate(wl["mixture"])]
+    return WorkloadSpec.from_dict(wl, f"{source}.workload")
 
-        gw = gateway_from_yaml(gw, source)
-    gw = _known(f"{source}.gateway", gw, {f.name for f in fields(GatewayConfig)} | {"epp_config"})
-    gateway = _build(f"{source}.gateway", GatewayConfig, gw)
+
+def scenario_from_dict(d: dict, source: str = "scenario") -> Scenario:
+    """Build and validate a scenario from a dict (the YAML schema, :class:`ScenarioFile`);
+    errors name the field."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"{source} must be a mapping, got {type(d).__name__}")
+    gw = d.get("gateway")
+    if isinstance(gw, dict) and "epp_config" in gw:  # an llm-d EndpointPickerConfig (docs/epp.md)
+
+        d = {**d, "gateway": gateway_from_yaml(gw, source)}
+    f = validate_model(ScenarioFile, {**d, "gateway": d.get("gateway") or {}}, prefix=source, label=source)
+    try:
+        f.cluster.make_latency()
+    except ConfigError as e:
+        raise ConfigError(f"{source}.cluster: {e}") from None
+    workload = _workload_from_dict(f.workload, f.cluster, source)
     for role, key in (("routing", "router"), ("admission", "admission"), ("usage-limit", "flow_control"),
                       ("pd", "pd")):
-        spec = getattr(gateway, key)
+        spec = getattr(f.gateway, key)
         if spec is not None and spec != "external":
             try:
                 make_policy(spec, role)
             except ConfigError as e:
                 raise ConfigError(f"{source}.gateway.{key}: {e}") from None
-    for k, rule in (("horizon_s", SECONDS), ("published_capacity_qps", QPS), ("capacity_horizon_s", SECONDS)):
-        check_number(f"{source}.{k}", d.get(k), **rule, none_ok=True)
-    default_rate = _known(f"{source}.default_rate", d.get("default_rate") or {}, {"qps", "load", "paper_qps"})
+    default_rate = f.default_rate.model_dump(exclude_none=True) if f.default_rate is not None else {}
     if len(default_rate) > 1:
         raise ConfigError(f"{source}.default_rate: give at most one of qps, load, paper_qps")
-    for k, v in default_rate.items():
-        check_number(f"{source}.default_rate.{k}", v, **SCENARIO_OVERRIDE_RULES[k])
-    sc = Scenario(name=str(d["name"]), description=str(d.get("description", "")), cluster=cluster,
-                  workload=workload, gateway=gateway, horizon_s=d.get("horizon_s"),
-                  published_capacity_qps=d.get("published_capacity_qps"),
-                  default_rate=dict(default_rate),
-                  capacity_horizon_s=float(d.get("capacity_horizon_s", 120.0)),
-                  faults=_faults(f"{source}.faults", d.get("faults")))
-    rate = {k: d[k] for k in ("qps", "load", "paper_qps") if d.get(k) is not None}
+    rate = {k: getattr(f, k) for k in RATE_KEYS if getattr(f, k) is not None}
     if len(rate) > 1:
         raise ConfigError(f"{source}: give at most one of qps, load, paper_qps")
-    for k, v in rate.items():
-        setattr(sc, k, check_number(f"{source}.{k}", v, **SCENARIO_OVERRIDE_RULES[k]))
-    return sc
-
-
-def _faults(path: str, d) -> FaultSchedule | None:
-    """A scenario's ``faults`` section; errors name the field under ``path``."""
-    if isinstance(d, (str, os.PathLike)):
-        raise invalid(path, d, "it must be a mapping of faults (crashes, crash_rate, scrape_outages, stragglers, "
-                      "on_crash, max_retries, seed)")
-    try:
-        return FaultSchedule.from_value(d)
-    except ConfigError as e:
-        raise ConfigError(f"{path.rsplit('.', 1)[0]}: {e}") from None
+    return Scenario(name=f.name, description=f.description, cluster=f.cluster, workload=workload, gateway=f.gateway,
+                    horizon_s=f.horizon_s, published_capacity_qps=f.published_capacity_qps, default_rate=default_rate,
+                    capacity_horizon_s=f.capacity_horizon_s, faults=f.faults, **rate)
 
 
 @checked_keywords

@@ -12,14 +12,15 @@ how the Routing environment hands decisions to an agent.
 from __future__ import annotations
 
 import copy
-import numbers
 import os
 import subprocess
 import sys
 import time as _time
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import field, replace
+from typing import Annotated, Literal
 
 import numpy as np
+from pydantic import SkipValidation
 
 from .engine import EngineConfig
 from .engine.api import (
@@ -39,6 +40,8 @@ from .engine.api import (
     compile_subtrees,
     lower_policies,
 )
+from .engine.hardware import get_hardware, get_kv_link, get_model, kv_capacity_blocks
+from .engine.latency import make_latency_model
 from .errors import ConfigError, PolicyError
 from .faults import FaultSchedule
 from .faults import apply as apply_fault
@@ -47,86 +50,42 @@ from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, ch
 from .gateway.saturation import SaturationConfig
 from .gateway.view import RequestInfo, RouterView
 from .validation import (
-    CPU_KV_GB,
-    INSTANCES,
-    LIMIT_WHY,
-    LINK_GBPS,
     MAX_INSTANCES,
     MAX_KV_BLOCKS,
-    MAX_TOKENS,
-    REQUESTS,
-    SECONDS,
-    check_fields,
+    CpuKvGb,
+    Duration,
+    Instances,
+    LinkGbps,
+    Name,
+    RequestCount,
     check_keys,
-    check_number,
     checked_keywords,
+    config_dataclass,
+    from_mapping,
     invalid,
+    ranged,
 )
 from .workloads.workload import Workload
+
+#: A KV capacity per instance in blocks: a count, ``"unlimited"``, or None (derived from GPU memory).
+KvBlocks = ranged(int, ge=1, le=MAX_KV_BLOCKS, limit=True) | Literal["unlimited"] | None
 
 EXTERNAL = "external"  # router placeholder: routing decisions are taken via Simulator.route()
 UNLIMITED_BLOCKS = 2**40
 
-# ====================================================================== field rules
-#: Ranges of the configs' numeric fields (:func:`~llmsched_gym.validation.check_number`
-#: keywords); the other fields are checked against their annotations.
-CLUSTER_RULES = {"instances": INSTANCES, "tp": {"integer": True, "ge": 1, "le": 64},
-                 "gpu_memory_utilization": {"gt": 0, "le": 1}, "scrape_interval_s": {"ge": 0, "le": 3600},
-                 "cpu_kv_gb": CPU_KV_GB, "cpu_link_gbps": LINK_GBPS,
-                 "cold_start_s": {"ge": 0, "le": 3600, "none_ok": True},
-                 "prefill_instances": {"integer": True, "ge": 0, "le": MAX_INSTANCES - 1},
-                 "kv_link_gbps": LINK_GBPS, "kv_link_latency_s": {"ge": 0, "le": 60, "none_ok": True}}
-ENGINE_RULES = {"max_num_seqs": {"integer": True, "ge": 1, "le": 4096},
-                "max_num_batched_tokens": {"integer": True, "ge": 1, "le": 2**20},
-                "block_size": {"integer": True, "ge": 1, "le": 4096},
-                "max_model_len": {"integer": True, "ge": 1, "le": MAX_TOKENS, "none_ok": True}}
-GATEWAY_RULES = {"ttl_s": SECONDS, "band_capacity": REQUESTS, "dispatch_interval_s": {"gt": 0, "le": 3600},
-                 "client_timeout_s": {**SECONDS, "none_ok": True}}
-
-
-def check_kv_blocks(field: str, value) -> None:
-    """A KV capacity per instance: an integer > 0, ``"unlimited"`` or None (derived)."""
-    if value is None or value == "unlimited":
-        return
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise invalid(field, value, "use an integer > 0, 'unlimited' or none (derived from GPU memory)")
-    if value > MAX_KV_BLOCKS:
-        raise invalid(field, value, f"use an integer in [1, {MAX_KV_BLOCKS}], 'unlimited' or none; {LIMIT_WHY}")
-
-
-def _check_engine(engine, prefix: str) -> None:
-    """An EngineConfig (or a mapping of its fields) field by field."""
-    if isinstance(engine, dict):
-        check_keys(prefix, engine, [f.name for f in fields(EngineConfig)], what="field")
-        cls, values = EngineConfig, engine
-    elif is_dataclass(engine) and not isinstance(engine, type):
-        cls, values = type(engine), {f.name: getattr(engine, f.name) for f in fields(engine)}
-    else:
-        raise invalid(prefix, engine, "it must be an EngineConfig or a mapping of its fields")
-    check_fields(prefix, cls, values, ENGINE_RULES)
-
-
-def check_cluster(c, prefix: str = "cluster") -> None:
-    """A ClusterConfig: types from its annotations, ranges from :data:`CLUSTER_RULES` and
-    :data:`ENGINE_RULES`."""
-    values = {f.name: getattr(c, f.name) for f in fields(c)}
-    check_fields(prefix, type(c), values, CLUSTER_RULES, skip=("engine", "kv_blocks"))
-    check_kv_blocks(f"{prefix}.kv_blocks", c.kv_blocks)
-    _check_engine(c.engine, f"{prefix}.engine")
+def _check_cluster(c, prefix: str = "cluster") -> None:
+    """A ClusterConfig's cross-field rules and the presets it names (its fields' types and
+    ranges are their annotations, checked when it is built)."""
     if c.prefill_instances and c.prefill_instances >= c.instances:
         raise invalid(f"{prefix}.prefill_instances", c.prefill_instances,
                       f"it must leave a decode instance: an integer in [0, {c.instances - 1}] for {c.instances} "
                       "instances (0: every instance aggregated)")
     _check_applies(c, prefix)
     _check_pools(c, prefix)
-    from .engine.hardware import get_kv_link
-
     try:
         get_kv_link(c.kv_link)
     except ConfigError as e:
         raise ConfigError(f"{prefix}.{e}") from None
-    from .engine.hardware import get_hardware, get_model
-
     for name, get in (("hardware", get_hardware), ("model", get_model)):  # a bad config.json fails here
         try:
             get(getattr(c, name))
@@ -169,31 +128,20 @@ def _check_pools(c, prefix: str) -> None:
         check_keys(where, p, POOL_KEYS, what="key")
         if "instances" not in p:
             raise invalid(where, p, "it must give its instances (an integer >= 1)")
-        check_number(f"{where}.instances", p["instances"], **INSTANCES)
-        total += p["instances"]
-        try:
-            replace(c, pools=None, instances=p["instances"], prefill_instances=0, kv_link_gbps=None,
-                    kv_link_latency_s=None, **{k2: v for k2, v in p.items() if k2 != "instances"})
+        try:  # each pool a valid cluster of its own, its instances included
+            replace(c, pools=None, prefill_instances=0, kv_link_gbps=None, kv_link_latency_s=None, **p)
         except ConfigError as e:
             raise ConfigError(str(e).replace(f"{prefix}.", f"{where}.", 1)) from None
+        total += p["instances"]
     if total != c.instances:
         raise invalid(f"{prefix}.pools", c.pools, f"their instances add up to {total}; they must add up to "
                       f"cluster.instances={c.instances}")
 
 
-def check_gateway(g, prefix: str = "gateway") -> None:
-    """A GatewayConfig: policies are names or objects, ranges from :data:`GATEWAY_RULES`."""
-    values = {f.name: getattr(g, f.name) for f in fields(g)}
-    check_fields(prefix, type(g), values, GATEWAY_RULES, skip=("router", "admission", "flow_control", "pd"))
-    for k in ("router", "admission", "flow_control", "pd"):
-        check_policy_ref(f"{prefix}.{k}", values[k], none_ok=k != "router")
-
-
 # ====================================================================== configs
 
 
-@checked_keywords
-@dataclass
+@config_dataclass("cluster")
 class ClusterConfig:
     """Hardware, model and engine of a homogeneous cluster.
 
@@ -246,39 +194,35 @@ class ClusterConfig:
             instance is the cluster's hardware.
     """
 
-    instances: int = 2
-    hardware: str | dict = "H100"
-    model: str | dict = "qwen3-14b"
-    tp: int = 1
-    latency_model: str = "linear"
+    instances: Instances = 2
+    hardware: Name | dict = "H100"
+    model: Name | dict = "qwen3-14b"
+    tp: ranged(int, ge=1, le=64) = 1
+    latency_model: Name = "linear"
     latency_params: dict = field(default_factory=dict)
-    kv_blocks: int | str | None = None
-    gpu_memory_utilization: float = 0.9
-    engine: EngineConfig = field(default_factory=EngineConfig)
-    scrape_interval_s: float = 0.05
-    cpu_kv_gb: float = 0.0
-    cpu_link_gbps: float | None = None
+    kv_blocks: KvBlocks = None
+    gpu_memory_utilization: ranged(float, gt=0, le=1) = 0.9
+    engine: Annotated[EngineConfig, from_mapping(EngineConfig)] = field(default_factory=EngineConfig)
+    scrape_interval_s: ranged(float, ge=0, le=3600) = 0.05
+    cpu_kv_gb: CpuKvGb = 0.0
+    cpu_link_gbps: LinkGbps | None = None
     cpu_kv_events: bool = True
     cpu_kv_shared: bool = False
-    cold_start_s: float | None = None
-    prefill_instances: int = 0
-    kv_link: str = "rdma"
-    kv_link_gbps: float | None = None
-    kv_link_latency_s: float | None = None
+    cold_start_s: ranged(float, ge=0, le=3600) | None = None
+    prefill_instances: ranged(int, ge=0, le=MAX_INSTANCES - 1) = 0
+    kv_link: Name = "rdma"
+    kv_link_gbps: LinkGbps | None = None
+    kv_link_latency_s: ranged(float, ge=0, le=60) | None = None
     pools: list | None = None
 
     def __post_init__(self) -> None:
-        check_cluster(self)  # types, ranges and the engine's fields
-        if isinstance(self.engine, dict):
-            self.engine = EngineConfig(**self.engine)
+        _check_cluster(self)
 
     def make_latency(self):
         """The step-time model of the cluster's instances (of a mixed fleet: its first pool's)."""
         return self.pool_configs()[0][1].make_latency() if self.pools else self._latency_of(self)
 
     def _latency_of(self, c: "ClusterConfig"):
-        from .engine.latency import make_latency_model
-
         return make_latency_model(c.latency_model, hardware=c.hardware, model=c.model, tp=c.tp, **c.latency_params)
 
     def pool_configs(self) -> list[tuple[int, "ClusterConfig"]]:
@@ -303,30 +247,22 @@ class ClusterConfig:
         """Blocks of the CPU KV tier of each instance (0: none)."""
         if not self.cpu_kv_gb:
             return 0
-        from .engine.hardware import get_model
-
         return int(self.cpu_kv_gb * 1e9 // (get_model(self.model).kv_bytes_per_token * self.engine.block_size))
 
     def cpu_load_us_per_token(self) -> float:
         """Microseconds to load one token's KV from the CPU tier: its bytes over the host
         links of the instance's ``tp`` GPUs (each loads its own shard)."""
-        from .engine.hardware import get_hardware, get_model
-
         gbps = self.cpu_link_gbps if self.cpu_link_gbps is not None else get_hardware(self.hardware).host_link_gbps
         return get_model(self.model).kv_bytes_per_token / (gbps * 1e3 * self.tp)  # 1 GB/s = 1e3 bytes/us
 
     def kv_transfer_us_per_token(self) -> float:
         """Microseconds to move one prompt token's KV from a prefill to a decode instance:
         its bytes over the links of the instance's ``tp`` GPUs (each sends its own shard)."""
-        from .engine.hardware import get_kv_link, get_model
-
         gbps = self.kv_link_gbps if self.kv_link_gbps is not None else get_kv_link(self.kv_link).gbps
         return get_model(self.model).kv_bytes_per_token / (gbps * 1e3 * self.tp)  # 1 GB/s = 1e3 bytes/us
 
     def kv_transfer_latency_s(self) -> float:
         """Fixed seconds per KV transfer (``kv_link_latency_s`` or the link preset's)."""
-        from .engine.hardware import get_kv_link
-
         return self.kv_link_latency_s if self.kv_link_latency_s is not None else get_kv_link(self.kv_link).latency_s
 
     def total_blocks(self) -> int:
@@ -334,15 +270,12 @@ class ClusterConfig:
             return UNLIMITED_BLOCKS
         if self.kv_blocks is not None:
             return int(self.kv_blocks)
-        from .engine.hardware import get_hardware, get_model, kv_capacity_blocks
-
         return kv_capacity_blocks(get_hardware(self.hardware), get_model(self.model), tp=self.tp,
                                   gpu_memory_utilization=self.gpu_memory_utilization,
                                   block_size=self.engine.block_size)
 
 
-@checked_keywords
-@dataclass
+@config_dataclass("gateway")
 class GatewayConfig:
     """Admission, flow control and routing in front of the instances (docs/architecture.md).
 
@@ -372,13 +305,13 @@ class GatewayConfig:
     router: object = "round-robin"
     admission: object = "always-admit"
     flow_control: object = None
-    ttl_s: float = 60.0
-    band_capacity: int = 5000
-    dispatch_interval_s: float = 0.001
-    saturation: SaturationConfig | dict | None = None
+    ttl_s: Duration = 60.0
+    band_capacity: RequestCount = 5000
+    dispatch_interval_s: ranged(float, gt=0, le=3600) = 0.001
+    saturation: SkipValidation[SaturationConfig | dict | None] = None  # built by SaturationConfig.from_dict
     pd: object = None
-    eviction: EvictionConfig | dict | bool | None = None
-    client_timeout_s: float | None = None
+    eviction: SkipValidation[EvictionConfig | dict | bool | None] = None  # built by EvictionConfig.from_value
+    client_timeout_s: Duration | None = None
 
     def __post_init__(self) -> None:
         self.saturation = SaturationConfig.from_dict(self.saturation, "gateway.saturation")
@@ -386,7 +319,8 @@ class GatewayConfig:
         if self.eviction is not None and self.flow_control is None:
             raise ConfigError("gateway.eviction needs flow control (gateway.flow_control): llm-d evicts when a "
                               "queued band is blocked by saturation")
-        check_gateway(self)  # policy references, types and ranges
+        for k in ("router", "admission", "flow_control", "pd"):  # names or policy objects
+            check_policy_ref(f"gateway.{k}", getattr(self, k), none_ok=k != "router")
 
 
 @checked_keywords

@@ -1,25 +1,25 @@
 """One validation layer for every entry point.
 
 CLI flags, policy specs (``NAME:key=value``), scenario YAML and ``make_scenario``
-keywords, environment keywords, trace options and output paths are all checked with the
-helpers here *before* any simulation starts. A bad value raises
-:class:`~llmsched_gym.errors.ConfigError` (a ``ValueError``) whose message is one line
-naming the field, the value and what is allowed, e.g.::
+keywords, environment keywords, trace options and output paths are all checked *before*
+any simulation starts. A bad value raises :class:`~llmsched_gym.errors.ConfigError` (a
+``ValueError``) whose message is one line naming the field, the value and what is
+allowed, e.g.::
 
+    cluster.instances=0 is invalid; it must be an integer in [1, 1024]
     policy 'llm-d': prefix_weight='abc' is invalid; it must be a finite number in [0, 1000000]
         (llm-d takes queue_weight: float in [0, 1000000] = 2.0, ...)
 
 The CLI prints that line and exits with code 2 (see docs/architecture.md, "Bad input").
 
-Types come from annotations and are checked with pydantic in strict mode (no string to
-number, no bool to int, no non-finite floats); ranges come from rule tables kept next to
-what they check (``CLUSTER_RULES`` / ``ENGINE_RULES`` / ``GATEWAY_RULES`` in
-:mod:`llmsched_gym.simulator`, ``SCENARIO_OVERRIDE_RULES`` in :mod:`llmsched_gym.scenarios`,
-``FLAG_RULES`` in :mod:`llmsched_gym.flags`, ``ENV_KEYWORDS`` in
-:mod:`llmsched_gym.envs.core`), upper bounds included (the ``MAX_*`` limits below); a
-policy declares each parameter's range in its constructor's annotation (:func:`ranged`,
-``Fraction``, ``Weight``, ...). The checkers here are generic: the lowest layer, importing
-nothing of the package but :mod:`llmsched_gym.errors`.
+The rules are field types: a configuration is a pydantic model (:func:`config_dataclass`
+for the configs, a ``BaseModel`` for the settings around them) whose annotations carry the
+ranges (:func:`ranged`, and the shared types below: ``Instances``, ``Rate``, ``Duration``,
+..., each with its upper bound, the ``MAX_*`` limits), validated strictly (no string to
+number, no bool to int, no non-finite floats) once, when it is built; :func:`model_error`
+turns pydantic's error into the one line. A policy declares each parameter's range in its
+constructor's annotation, checked the same way (:func:`check_call_kwargs`). This is the
+lowest layer: it imports nothing of the package but :mod:`llmsched_gym.errors`.
 Results are written atomically (:func:`atomic_write_text`): a temporary file in the
 target directory, then ``os.replace``, so a failed write never leaves a partial file.
 """
@@ -27,6 +27,7 @@ target directory, then ``os.replace``, so a failed write never leaves a partial 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import math
@@ -38,6 +39,8 @@ import typing
 from pathlib import Path
 
 from annotated_types import Interval
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints, TypeAdapter, ValidationError
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from .errors import ConfigError, MissingExtraError, OutputError
 
@@ -77,8 +80,24 @@ LIMIT_WHY = "larger is beyond what any real cluster or study needs"
 # Declared ranges of policy parameters: a constructor annotates each parameter once
 # (``lam: Fraction = 0.6``), and that one declaration is what ``make_policy`` (and so
 # the EPP import and export) validates and what ``llmsched-gym policies`` lists.
-def ranged(tp, *, gt=None, ge=None, lt=None, le=None):
-    """``tp`` restricted to a range, e.g. ``ranged(int, ge=0, le=64)``."""
+class SanityLimit:
+    """Marks an upper bound that is a sanity limit (:data:`LIMIT_WHY`), not a physical one:
+    an error above it says why the limit is there."""
+
+
+class Described:
+    """Annotation metadata: what a value of the annotated type looks like, in words, for a
+    type whose structure says too little (``Annotated[dict[int, float], Described(...)]``)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def ranged(tp, *, gt=None, ge=None, lt=None, le=None, limit: bool = False):
+    """``tp`` restricted to a range, e.g. ``ranged(int, ge=0, le=64)``; ``limit``: the
+    upper bound is a sanity limit (its error adds :data:`LIMIT_WHY`)."""
+    if limit:
+        return typing.Annotated[tp, Interval(gt=gt, ge=ge, lt=lt, le=le), SanityLimit()]
     return typing.Annotated[tp, Interval(gt=gt, ge=ge, lt=lt, le=le)]
 
 
@@ -90,6 +109,22 @@ NonNegativeSeconds = ranged(float, ge=0, le=MAX_SECONDS)
 Tokens = ranged(int, ge=1, le=MAX_TOKENS)  # a token or block count
 NonNegativeTokens = ranged(int, ge=0, le=MAX_TOKENS)
 Count = ranged(int, ge=1, le=MAX_REQUESTS)
+
+# The quantities every entry point shares (configs, scenario overrides, environment
+# keywords, CLI flags): declared once, as the field types of the configuration models.
+Instances = ranged(int, ge=1, le=MAX_INSTANCES, limit=True)
+Rate = ranged(float, gt=0, le=MAX_QPS, limit=True)  # requests/s
+LoadFactor = ranged(float, gt=0, le=MAX_LOAD, limit=True)  # times the cluster's capacity
+Duration = ranged(float, gt=0, le=MAX_SECONDS, limit=True)  # simulated seconds
+RequestCount = ranged(int, ge=1, le=MAX_REQUESTS, limit=True)
+Seed = ranged(int, ge=0, le=MAX_SEED, limit=True)
+SeedCount = ranged(int, ge=1, le=MAX_SEEDS, limit=True)
+WorkerCount = ranged(int, ge=1, le=MAX_WORKERS, limit=True)
+CpuKvGb = ranged(float, ge=0, le=MAX_CPU_KV_GB, limit=True)
+LinkGbps = ranged(float, gt=0, le=MAX_LINK_GBPS, limit=True)
+TimeScale = ranged(float, gt=0, le=MAX_TIME_SCALE)
+#: A non-empty name (blanks alone are not a name).
+Name = typing.Annotated[str, StringConstraints(pattern=r"\S")]
 
 
 # ====================================================================== numbers and names
@@ -138,13 +173,9 @@ def check_number(field: str, value, *, gt=None, ge=None, lt=None, le=None, integ
     return v
 
 
-#: The rule of a seed (``check_number(field, v, **SEED)``).
-SEED = {"integer": True, "ge": 0, "le": MAX_SEED, "why": LIMIT_WHY}
-
-
 def check_seed(field: str, value) -> int:
     """A seed: an integer in [0, MAX_SEED]."""
-    return check_number(field, value, **SEED)
+    return check_typed(field, value, Seed)
 
 
 def check_name(field: str, value, *, none_ok: bool = False, what: str = "a name") -> str | None:
@@ -155,14 +186,6 @@ def check_name(field: str, value, *, none_ok: bool = False, what: str = "a name"
         raise invalid(field, value, f"it must not be empty; give {what}")
     if not isinstance(value, str):
         raise invalid(field, value, f"it must be {what} (a string)")
-    return value
-
-
-def check_choice(field: str, value, allowed) -> str:
-    """``value`` if it is one of ``allowed`` (listed in the error)."""
-    allowed = list(allowed)
-    if isinstance(value, (list, dict, set)) or value not in allowed:
-        raise invalid(field, value, f"allowed: {', '.join(map(str, allowed))}")
     return value
 
 
@@ -194,6 +217,12 @@ def split_range(tp) -> tuple[object, str]:
 
 def describe_type(tp) -> str:
     """What a value of annotation ``tp`` looks like, in words (for error messages)."""
+    if tp is Name:
+        return "a non-empty string"
+    if typing.get_origin(tp) is typing.Annotated:
+        text = next((m.text for m in typing.get_args(tp)[1:] if isinstance(m, Described)), None)
+        if text is not None:
+            return text
     base, rng = split_range(tp)
     if rng:
         return f"{describe_type(base)} {rng}"
@@ -205,9 +234,11 @@ def describe_type(tp) -> str:
         return " or ".join(dict.fromkeys(words))
     if origin is typing.Literal:
         return "one of " + ", ".join(map(repr, typing.get_args(tp)))
+
     if origin is not None:
         return _NAMES.get(origin, getattr(origin, "__name__", str(tp)))
-    return _NAMES.get(tp, f"a {getattr(tp, '__name__', str(tp))}")
+    name = getattr(tp, "__name__", str(tp))
+    return _NAMES.get(tp, f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}")
 
 
 def type_name(tp) -> str:
@@ -229,8 +260,6 @@ def type_name(tp) -> str:
 def _adapter(tp):
     """A strict pydantic TypeAdapter for ``tp`` (None where pydantic cannot build one)."""
     try:
-        from pydantic import ConfigDict, TypeAdapter
-
         return TypeAdapter(tp, config=ConfigDict(strict=True, allow_inf_nan=False, arbitrary_types_allowed=True))
     except Exception:  # an annotation pydantic has no schema for: the type is not checked
         return None
@@ -258,8 +287,6 @@ def type_ok(value, tp) -> tuple[bool, object]:
     ad = _adapter(tp)
     if ad is None:
         return True, value
-    from pydantic import ValidationError
-
     try:
         return True, ad.validate_python(_plain(value))
     except ValidationError:
@@ -267,11 +294,170 @@ def type_ok(value, tp) -> tuple[bool, object]:
 
 
 def check_typed(field: str, value, tp):
-    """``value`` validated against annotation ``tp`` (strict), else ConfigError."""
+    """``value`` validated against annotation ``tp`` (strict), else ConfigError naming
+    ``field``; above a sanity limit (:class:`SanityLimit`) the error says why it is there."""
     ok, v = type_ok(value, tp)
     if not ok:
-        raise invalid(field, value, f"it must be {describe_type(tp)}")
+        want = f"it must be {describe_type(tp)}"
+        try:
+            _adapter(tp).validate_python(_plain(value))
+        except ValidationError as e:
+            if e.errors()[0]["type"] in _ABOVE and _has_sanity_limit(tp):
+                want += f"; {LIMIT_WHY}"
+        raise invalid(field, value, want)
     return v
+
+
+# ====================================================================== configuration models
+#: How every configuration model validates: strict types (no string to number, no bool to
+#: int), finite numbers, unknown fields refused.
+STRICT = ConfigDict(strict=True, allow_inf_nan=False, arbitrary_types_allowed=True, extra="forbid")
+#: pydantic's error types of a value above its upper bound.
+_ABOVE = ("less_than", "less_than_equal")
+_UNKNOWN = ("unexpected_keyword_argument", "extra_forbidden")
+_MISSING = ("missing", "missing_argument", "missing_keyword_only_argument")
+
+
+def _has_sanity_limit(tp) -> bool:
+    """Whether annotation ``tp`` (or a member of its union) carries :class:`SanityLimit`."""
+    if typing.get_origin(tp) is typing.Annotated:
+        return any(isinstance(m, SanityLimit) for m in typing.get_args(tp)[1:])
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(_has_sanity_limit(a) for a in typing.get_args(tp))
+    return False
+
+
+def _nested_model(tp):
+    """The BaseModel that annotation ``tp`` holds (``M`` or ``M | None``), else None."""
+    for t in typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return t
+    return None
+
+
+def _without_none(tp):
+    """Annotation ``tp`` without its ``None`` alternative."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not _NONE]
+        return args[0] if len(args) == 1 else typing.Union[tuple(args)]
+    return tp
+
+
+def model_error(exc: ValidationError, owner, *, prefix: str = "", label: str | None = None,
+                names: dict | None = None, what: str = "field") -> ConfigError:
+    """The one-line ConfigError of a configuration model's ValidationError.
+
+    ``owner`` is the model (a :func:`config_dataclass` or a ``BaseModel``). A field shows
+    as ``prefix.field`` (or ``names[field]``, e.g. the CLI flag that set it) with its value
+    and what its annotation allows; unknown names list what the model takes (``label``
+    says whose, ``what`` calls them fields or keywords); a check of the model's own (a
+    nested config, a cross-field rule) raised a ConfigError whose message is kept, under
+    ``prefix``.
+    """
+    errors = exc.errors(include_url=False)
+    e = next((x for x in errors if x["type"] in _UNKNOWN), errors[0])
+    # Walk the error's location down the nested models: the field it names and its annotation.
+    path, model, tp = [], owner, None
+    for part in e["loc"]:
+        if isinstance(part, int) and not path and not issubclass(owner, BaseModel):  # a positional argument
+            part = list(model_fields(owner))[part]
+        if model is None or part not in model_fields(model):
+            break
+        tp = model_fields(model)[part]
+        path.append(part)
+        model = _nested_model(tp) if len(path) < len(e["loc"]) else model
+    dotted = ".".join(str(p) for p in path)
+    if e["type"] in _UNKNOWN:
+        parent = model_fields(model)
+        where = ".".join(filter(None, [prefix, ".".join(map(str, path[:-1]))]))
+        unknown = [x["loc"][-1] for x in errors if x["type"] in _UNKNOWN and x["loc"][:-1] == e["loc"][:-1]]
+        whose = label if len(e["loc"]) == 1 else where
+        whose = whose or (f"{prefix} ({owner.__name__})" if prefix else owner.__name__)
+        return ConfigError(f"{whose}: unknown {what}{'s' if len(unknown) > 1 else ''} "
+                           f"{', '.join(map(repr, unknown))}; allowed: {', '.join(parent)}")
+    if e["type"] in _MISSING:
+        return ConfigError(f"{label or prefix or owner.__name__}: missing required {what} {e['loc'][-1]!r}")
+    if e["type"] == "value_error" and isinstance(e.get("ctx", {}).get("error"), ConfigError):
+        message = str(e["ctx"]["error"])  # a nested config's or a cross-field check's, naming its field
+        if dotted in (names or {}) and message.startswith(f"{dotted}="):  # the field's own value: by its flag
+            return ConfigError(names[dotted] + message[len(dotted):])
+        return ConfigError(f"{prefix}.{message}" if prefix and path else message)
+    shown = (names or {}).get(dotted) or ".".join(filter(None, [prefix, dotted]))
+    if dotted in (names or {}):  # a flag given a value: "or none" (leaving it out) is no choice to offer
+        tp = _without_none(tp)
+    if typing.get_origin(_without_none(tp)) is typing.Literal:  # a choice among names
+        want = f"choose one of {', '.join(map(str, typing.get_args(_without_none(tp))))}"
+    else:
+        want = f"it must be {describe_type(tp)}"
+    if e["type"] in _ABOVE and _has_sanity_limit(tp):
+        want += f"; {LIMIT_WHY}"
+    return ConfigError(f"{shown}={e['input']!r} is invalid; {want}")
+
+
+@functools.lru_cache(maxsize=None)
+def model_fields(owner) -> dict:
+    """``{field: annotation}`` of a configuration model (a ``BaseModel`` or a
+    :func:`config_dataclass`), in declaration order, ranges included."""
+    if isinstance(owner, type) and issubclass(owner, BaseModel):
+        return {k: _annotated(f) for k, f in owner.model_fields.items()}
+    hints = typing.get_type_hints(owner, include_extras=True)
+    return {f.name: hints[f.name] for f in dataclasses.fields(owner)}
+
+
+def _annotated(field_info):
+    """A BaseModel field's annotation with its constraints (pydantic keeps them apart)."""
+    if not field_info.metadata:
+        return field_info.annotation
+    return typing.Annotated[(field_info.annotation, *field_info.metadata)]
+
+
+def validate_model(model: type[BaseModel], values: dict, *, prefix: str = "", label: str | None = None,
+                   names: dict | None = None, what: str = "field") -> BaseModel:
+    """``values`` validated by ``model`` (numpy scalars taken as Python ones); a bad value
+    is a one-line ConfigError (:func:`model_error`)."""
+    values = {k: _plain(v) for k, v in values.items()}
+    try:
+        return model.model_validate(values)
+    except ValidationError as e:
+        raise model_error(e, model, prefix=prefix, label=label, names=names, what=what) from None
+
+
+def config_dataclass(prefix: str, *, frozen: bool = False):
+    """Class decorator: a pydantic dataclass validated with :data:`STRICT` when it is built
+    (``dataclasses.replace`` included) and never again, so a hot path pays nothing.
+
+    The field annotations are the rules (types, ranges as :func:`ranged`); ``__post_init__``
+    adds the cross-field ones. Errors are one-line ConfigErrors naming ``prefix.field``.
+    """
+
+    def wrap(cls):
+        cls = pydantic_dataclass(cls, config=STRICT, frozen=frozen)
+        build = cls.__init__
+
+        @functools.wraps(build)
+        def __init__(self, *args, **kwargs):
+            kwargs = {k: _plain(v) for k, v in kwargs.items()}
+            try:
+                build(self, *args, **kwargs)
+            except ValidationError as e:
+                raise model_error(e, cls, prefix=prefix) from None
+
+        cls.__init__ = __init__
+        return cls
+
+    return wrap
+
+
+def from_mapping(cls):
+    """Annotation metadata of a field holding a :func:`config_dataclass`: a mapping given
+    for it is built with ``cls(**mapping)`` (its errors name the nested field)."""
+
+    def build(value):
+        if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+            return cls(**value)
+        return value
+
+    return BeforeValidator(build)
 
 
 # ====================================================================== call signatures
@@ -395,45 +581,7 @@ def _checked(func, name: str):
     return call
 
 
-# ====================================================================== rule tables
-#: The rule of a count that must be at least one (``check_number(field, v, **POSITIVE_INT)``).
-POSITIVE_INT = {"integer": True, "ge": 1}
-#: Rules of the quantities every entry point shares (flags, scenario keywords, YAML).
-INSTANCES = {"integer": True, "ge": 1, "le": MAX_INSTANCES, "why": LIMIT_WHY}
-QPS = {"gt": 0, "le": MAX_QPS, "why": LIMIT_WHY}
-LOAD = {"gt": 0, "le": MAX_LOAD, "why": LIMIT_WHY}
-SECONDS = {"gt": 0, "le": MAX_SECONDS, "why": LIMIT_WHY}
-REQUESTS = {"integer": True, "ge": 1, "le": MAX_REQUESTS, "why": LIMIT_WHY}
-SEEDS = {"integer": True, "ge": 1, "le": MAX_SEEDS, "why": LIMIT_WHY}
-WORKERS = {"integer": True, "ge": 1, "le": MAX_WORKERS, "why": LIMIT_WHY}
-CPU_KV_GB = {"ge": 0, "le": MAX_CPU_KV_GB, "why": LIMIT_WHY}
-LINK_GBPS = {"gt": 0, "le": MAX_LINK_GBPS, "none_ok": True, "why": LIMIT_WHY}
-
-
-def check_fields(prefix: str, cls, values: dict, rules: dict, skip=()) -> None:
-    """Each of ``values`` (fields of dataclass ``cls``) against its rule in ``rules``
-    (keywords of :func:`check_number`) or, without one, its annotation."""
-    hints = _class_hints(cls)
-    for name, v in values.items():
-        if name in skip:
-            continue
-        field = f"{prefix}.{name}" if prefix else name
-        if name in rules:
-            check_number(field, v, **rules[name])
-        else:
-            check_typed(field, v, hints.get(name))
-
-
-@functools.lru_cache(maxsize=None)
-def _class_hints(cls) -> dict:
-    try:
-        return typing.get_type_hints(cls)
-    except Exception:
-        return {}
-
-
-# ====================================================================== environments
-#: Environment keywords besides the scenario overrides (see docs/environments.md).
+# ====================================================================== optional extras
 def require_extra(feature: str, modules=RL_MODULES, extra: str = "rl") -> None:
     """Raise MissingExtraError (one line: what is missing and how to install it) unless
     every module of ``modules`` imports."""

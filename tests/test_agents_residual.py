@@ -27,7 +27,7 @@ def _untrained_model(seed: int = 0, base_gain: float = 1.0):
     from sb3_contrib import MaskablePPO
 
     from agents.networks import MaskableResidualScorerPolicy
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     venv = to_sb3_vec_env(gym.make_vec("llmsched/Routing-v0", num_envs=1, duration_s=2.0, **CHATBOT))
     return MaskablePPO(MaskableResidualScorerPolicy, venv, n_steps=64, batch_size=64, device="cpu", seed=seed,

@@ -161,7 +161,7 @@ def test_residual_fc_correction_learns():
     from stable_baselines3.common.vec_env import VecNormalize
 
     from agents.networks import ResidualSoftReflectivePolicy
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     venv = VecNormalize(to_sb3_vec_env(gym.make_vec(FC, num_envs=2, action="soft-reflective", **CODEGEN,
                                                     **{k: v for k, v in ENV_KW.items() if k != "horizon"})))

@@ -41,7 +41,7 @@ def _run_until_done(venv, n_envs):
 
 # ====================================================================== the adapter
 def test_native_vector_env_metrics_reach_sb3_infos():
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     venv = to_sb3_vec_env(gym.make_vec("llmsched/Routing-v0", num_envs=2, **TINY))
     dones, infos = _run_until_done(venv, 2)
@@ -61,7 +61,7 @@ def test_sync_vector_env_metrics_reach_sb3_infos():
     single env's ``info["episode"]["metrics"]``, un-batched from its dict-of-arrays."""
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     sync = SyncVectorEnv([lambda: gym.make("llmsched/Routing-v0", **TINY) for _ in range(2)],
                          autoreset_mode=AutoresetMode.SAME_STEP)
@@ -85,7 +85,7 @@ def test_sync_vector_env_metrics_reach_sb3_infos():
 
 
 def test_unbatch_info_respects_masks():
-    from llmsched_gym.sb3 import episode_metrics, unbatch_info
+    from agents.sb3 import episode_metrics, unbatch_info
 
     info = {"final_info": {"episode": {"metrics": {"classes": {
         "critical": {"ttft_mean": np.array([0.0, 2.0]), "requests": np.array([0, 5])},

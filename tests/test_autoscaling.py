@@ -324,7 +324,7 @@ def test_native_vector_matches_single_envs_and_is_deterministic(slack, monkeypat
 def test_ppo_smoke_on_autoscaling_vector_env(one_torch_thread):
     from stable_baselines3 import PPO
 
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     venv = to_sb3_vec_env(gym.make_vec(ENV, num_envs=4, scenario="diurnal-codegen", duration_s=60.0, horizon=30.0,
                                        control_interval=5.0, reward_scale=0.01))

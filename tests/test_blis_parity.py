@@ -1,7 +1,7 @@
 """Parity with BLIS on identical requests (issue 7; docs/validation.md).
 
 BLIS's reference runs (traces/SOURCES.md) are replayed with BLIS's configuration through
-``benchmarks/blis_parity.py``'s helpers. The first 1,500 requests are compared with BLIS's
+:mod:`llmsched_gym.evaluation.blis` (as ``benchmarks/validation/blis_parity.py`` does). The first 1,500 requests are compared with BLIS's
 own values for them. They cannot be simulated alone: requests that arrive while they
 run join their batches and slow their steps (replaying only the first 1,500 gives E2E
 ~10% too short), so ``replay`` also simulates every later request that arrives before
@@ -10,20 +10,15 @@ the last of the 1,500 finishes in BLIS; nothing arriving after that can affect t
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 from conftest import trace_path
 
 from llmsched_gym.engine import EngineConfig
 from llmsched_gym.engine.latency import make_latency_model
+from llmsched_gym.evaluation.blis import blis_cluster, compare, replay
 from llmsched_gym.simulator import GatewayConfig, Simulator
 from llmsched_gym.workloads.workload import Workload
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from blis_parity import blis_cluster, compare, replay  # noqa: E402
 
 SLICE = 1500
 

@@ -306,7 +306,7 @@ def test_baseline_agents_drive_interval_envs(env_id, policy):
 
 # ============================================================================ SB3
 def test_sb3_adapter_terminal_obs_and_masks():
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     venv = to_sb3_vec_env(gym.make_vec(IDS[0], num_envs=2, scenario="codegen", qps=10, horizon=1))
     obs = venv.reset()
@@ -332,7 +332,7 @@ def test_ppo_smoke_on_native_vector_env():
     from sb3_contrib import MaskablePPO
     from stable_baselines3 import PPO
 
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny networks: threads only add overhead
@@ -354,7 +354,7 @@ def test_ppo_smoke_on_native_vector_env():
 def test_ppo_longer_run_routing():
     from sb3_contrib import MaskablePPO
 
-    from llmsched_gym.sb3 import to_sb3_vec_env
+    from agents.sb3 import to_sb3_vec_env
 
     venv = to_sb3_vec_env(gym.make_vec(IDS[0], num_envs=16, scenario="codegen", qps=14, horizon=20))
     MaskablePPO("MultiInputPolicy", venv, n_steps=256, seed=0).learn(50_000)

@@ -281,11 +281,11 @@ def test_non_default_saturation_detector():
 
 
 def test_compare_takes_epp_entries(article, tmp_path):
-    from llmsched_gym.gateway.epp import _with_epp_entries
+    from llmsched_gym.cli.epp import with_epp_entries
 
     class Args:
         policies = "jsq"
         epp_configs = [str(article)]
 
-    args = _with_epp_entries(Args())
+    args = with_epp_entries(Args())
     assert args.policies.startswith("jsq;router=llm-d:") and args.policies.endswith("+label=" + article.stem)

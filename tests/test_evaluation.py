@@ -133,6 +133,18 @@ def test_policy_syntax():
             parse_policies(bad)
 
 
+def test_results_as_a_dataframe():
+    """``evaluate(..., as_frame=True)`` and ``ResultTable.to_frame()``: the same rows as a
+    pandas DataFrame (the [pandas] extra), the table's meta in its attrs."""
+    pytest.importorskip("pandas")
+    kw = dict(qps=2, overrides={"duration_s": 2}, workers=1)
+    table = evaluate("codegen", "jsq;lmetric", 1, **kw)
+    frame = evaluate("codegen", "jsq;lmetric", 1, as_frame=True, **kw)
+    assert list(frame.columns) == table.columns and len(frame) == len(table)
+    assert frame["policy"].tolist() == table.column("policy") and frame.attrs["meta"]["cells"] == table.meta["cells"]
+    np.testing.assert_array_equal(frame["ttft_mean"].to_numpy(float), np.array(table.column("ttft_mean"), float))
+
+
 def test_evaluate_is_exported():
     assert llmsched_gym.evaluate is evaluate
     with pytest.raises(ConfigError):
@@ -246,9 +258,9 @@ def test_compare_help_documents_syntax(capsys):
 # ---------------------------------------------------------------- the report
 def test_results_report_and_figures_exist():
     report = ROOT / "docs" / "results.md"
-    assert report.exists(), "run `python benchmarks/reproduce.py`"
+    assert report.exists(), "run `python benchmarks/studies/reproduce.py`"
     text = report.read_text()
-    assert "benchmarks/reproduce.py" in text
+    assert "benchmarks/studies/reproduce.py" in text
     for section in ("Flow control", "Routing at 50% load", "Load sweep", "KV-cache hotspot"):
         assert section in text
     assert "agrees" in text

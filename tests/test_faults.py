@@ -196,7 +196,7 @@ def test_cluster_wide_outage_halts_flow_control_only_when_stale_counts_as_satura
     ({"stragglers": [{"instance": 0, "at_s": 1.0, "duration_s": 1.0, "factor": 0}]}, r"factor=0 is invalid"),
     ({"stragglers": [{"instance": "all", "at_s": 1, "duration_s": 1, "factor": 2}]}, r"instance='all' is invalid"),
     ({"scrape_outages": [{"instance": 0, "at_s": 1.0}]}, r"must give duration_s"),
-    ({"on_crash": "retry-forever"}, r"faults.on_crash='retry-forever' is invalid; allowed: retry, fail"),
+    ({"on_crash": "retry-forever"}, r"faults.on_crash='retry-forever' is invalid; choose one of retry, fail"),
     ({"max_retries": -1}, r"faults.max_retries=-1 is invalid"),
     ({"crash_rate": {"restart_s": 1.0}}, r"must give per_instance_per_s"),
     ({"crash_rate": {"per_instance_per_s": 1e3}}, r"draws about .* crashes"),
@@ -213,7 +213,7 @@ def test_faults_not_simulated_are_refused():
         Simulator(_three(), _two(prefill_instances=1), faults=_crash())
     with pytest.raises(ConfigError, match="client_timeout_s are not simulated"):
         Simulator(_three(), _two(), GatewayConfig(client_timeout_s=1.0), faults=_crash())
-    with pytest.raises(ConfigError, match="staleness_policy='never' is not known; allowed: ignore, saturated"):
+    with pytest.raises(ConfigError, match="staleness_policy='never' is invalid; choose one of saturated, ignore"):
         GatewayConfig(saturation={"stalenessPolicy": "never"})
 
 

@@ -101,7 +101,7 @@ def describe(graph: dict[str, set[str]], component: list[str]) -> str:
 def test_graph_sees_deferred_imports():
     graph = import_graph()
     assert "llmsched_gym.simulator" in graph["llmsched_gym.scenarios"]  # module level
-    assert "llmsched_gym.gateway.epp" in graph["llmsched_gym.scenarios"]  # inside a function
+    assert "llmsched_gym.evaluation.plots" in graph["llmsched_gym.evaluation.harness"]  # inside a function
 
 
 def test_no_import_cycles():
@@ -158,11 +158,57 @@ def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return out
 
 
-#: Folder-level cycles still closed by deferred imports: the CLI code of compare / tune in
-#: evaluation/ reads the shared flags, which read the backends. The list may only shrink.
-KNOWN_FOLDER_CYCLES = [["llmsched_gym.evaluation", "llmsched_gym.flags"]]
-
-
-def test_no_new_folder_level_cycles():
+def test_no_folder_level_cycles():
     found = cycles(folder_graph(import_graph()))
-    assert sorted(found) == sorted(KNOWN_FOLDER_CYCLES), f"folder-level import cycles: {found}"
+    assert not found, f"folder-level import cycles: {found}"
+
+
+#: The package's layers, lowest first (docs/architecture.md, "Layers"): a folder or
+#: top-level module imports only from its own layer or those below it.
+LAYERS = [
+    {"errors", "validation"},  # bad input and its one-line errors; the configuration models' machinery
+    {"workloads", "gateway", "faults"},  # requests; gateway policies, detectors, EPP configs; fault schedules
+    {"engine"},  # the compiled event loop, behind engine/api.py
+    {"simulator", "capacity"},  # a cluster simulated; its capacity measured
+    {"scenarios", "builtin_scenarios", "autoscaling", "calibration"},  # experiments built on the simulator
+    {"evaluation"},  # the harness and the parameter search: Python arguments in, results out
+    {"envs"},  # the Gymnasium environments
+    {"cli"},  # every subcommand: flags, terminal tables, progress bars
+    {""},  # the package itself (llmsched_gym/__init__.py)
+]
+
+
+def layer_of(folder: str) -> int:
+    name = folder.removeprefix(PACKAGE).removeprefix(".")
+    return next(i for i, layer in enumerate(LAYERS) if name in layer)
+
+
+def test_every_folder_has_a_layer():
+    missing = [f for f in folder_graph(import_graph()) if not any(
+        f.removeprefix(PACKAGE).removeprefix(".") in layer for layer in LAYERS)]
+    assert not missing, f"give these a layer in LAYERS (and docs/architecture.md): {missing}"
+
+
+def test_folders_import_only_from_their_layer_or_below():
+    graph = folder_graph(import_graph())
+    upward = {f: sorted(d for d in deps if layer_of(d) > layer_of(f)) for f, deps in graph.items()}
+    upward = {f: d for f, d in upward.items() if d}
+    assert not upward, f"imports of a higher layer: {upward}"
+
+
+def test_tests_never_import_benchmarks():
+    """The benchmarks are scripts on top of the package; what a test needs of one lives in
+    the package (``llmsched_gym.evaluation.blis``, ``agents.pooling``). A test importing a
+    benchmark's module, or putting ``benchmarks/`` on a path, fails here."""
+    scripts = {p.stem for p in (ROOT / "benchmarks").rglob("*.py")}
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path == Path(__file__).resolve():  # this test lists the scripts' names, it runs none
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        names = imported_modules("tests." + path.stem, path, {})
+        reaches = any(n.split(".")[0] in scripts | {"benchmarks"} for n in names) or any(
+            isinstance(node, ast.Constant) and node.value == "benchmarks" for node in ast.walk(tree))
+        if reaches:
+            offenders.append(path.name)
+    assert not offenders, f"tests reach into benchmarks/: {offenders}"

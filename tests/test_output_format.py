@@ -16,10 +16,10 @@ def test_run_table_has_no_duplicate_all_row_for_one_class(capsys):
     two_classes = capsys.readouterr().out
     assert all(re.search(rf"│ +{c} │", two_classes) for c in ("critical", "sheddable", "all")), two_classes
 
-    from llmsched_gym.cli import _print_summary
+    from llmsched_gym.cli.run import print_summary
 
     one = {"critical": _metrics(), "all": _metrics()}
-    _print_summary({"scenario": "x", "qps": 1.0, "seed": 0, "router": "jsq", "flow_control": None,
+    print_summary({"scenario": "x", "qps": 1.0, "seed": 0, "router": "jsq", "flow_control": None,
                     "admission": "always-admit", "classes": one, "prefix_hit_token_ratio": 0.0, "preemptions": 0,
                     "sim_seconds": 1.0, "wall_seconds": 0.1})
     out = capsys.readouterr().out
@@ -36,7 +36,8 @@ def _metrics():
 def test_compare_table_names_policies_in_full_and_explains_columns():
     from rich.console import Console
 
-    from llmsched_gym.evaluation.harness import Study, evaluate, print_study
+    from llmsched_gym.cli.compare import print_study
+    from llmsched_gym.evaluation.harness import Study, evaluate
 
     long = "static-usage-limit:threshold=0.95+label=static-usage-limit-threshold-0.95"
     table = evaluate("codegen", ["static-usage-limit", long], 1, qps=2, overrides={"duration_s": 2}, workers=1)
@@ -124,7 +125,7 @@ def test_tables_fit_the_terminal_and_cut_no_value(width):
     from rich.console import Console
     from rich.table import Table
 
-    from llmsched_gym.tables import print_table
+    from llmsched_gym.cli.tables import print_table
 
     t = Table(title="a title naming what ran")
     headers = ["point", "policy"] + [f"metric number {i} (ms)" for i in range(12)]

@@ -222,7 +222,7 @@ def test_capacity_needs_every_seed_and_the_envelope_below_it(monkeypatch):
 
 def test_shipped_capacities_match_their_scenarios():
     # Each entry of the shipped table must still describe its scenario: rerun
-    # `python benchmarks/capacities.py NAME` after changing a built-in scenario.
+    # `python benchmarks/validation/capacities.py NAME` after changing a built-in scenario.
     import llmsched_gym.capacity as C
 
     table = json.loads(C.SHIPPED_TABLE.read_text())
@@ -235,7 +235,7 @@ def test_shipped_capacities_match_their_scenarios():
             fingerprint = sc.fingerprint()
         except ConfigError:  # a trace scenario whose trace file is absent here
             continue
-        assert rec["fingerprint"] == fingerprint, f"{name}: rerun python benchmarks/capacities.py {name}"
+        assert rec["fingerprint"] == fingerprint, f"{name}: rerun python benchmarks/validation/capacities.py {name}"
         assert rec["method"] == C.METHOD and rec["qps"] > 0
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Literal
 
-from ..errors import ConfigError, check_nonnegative
-from ..validation import checked_keywords
+from ..validation import MAX_TOKENS, config_dataclass, ranged
 
 #: Eviction orders, by their kernel code (see ``EngineConfig.eviction``).
 EVICTION_ORDERS = ("cached-last", "vllm")
@@ -13,8 +12,7 @@ EVICTION_ORDERS = ("cached-last", "vllm")
 PREEMPTION_MODES = ("recompute", "restart")
 
 
-@checked_keywords
-@dataclass
+@config_dataclass("engine")
 class EngineConfig:
     """Limits of one instance (vLLM defaults; BLIS uses max_num_batched_tokens=2048).
 
@@ -42,13 +40,13 @@ class EngineConfig:
             batch is formed as without it). False (default): synchronous, as BLIS.
     """
 
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    block_size: int = 16
-    max_model_len: int | None = None
+    max_num_seqs: ranged(int, ge=1, le=4096) = 256
+    max_num_batched_tokens: ranged(int, ge=1, le=2**20) = 8192
+    block_size: ranged(int, ge=1, le=4096) = 16
+    max_model_len: ranged(int, ge=1, le=MAX_TOKENS) | None = None
     event_skipping: bool = True
-    eviction: str = "vllm"
-    preemption: str = "recompute"
+    eviction: Literal[EVICTION_ORDERS] = "vllm"
+    preemption: Literal[PREEMPTION_MODES] = "recompute"
     async_scheduling: bool = False
 
     @classmethod
@@ -62,14 +60,3 @@ class EngineConfig:
     # BLIS parity also wants preemption="restart" (BLIS discards a preempted request's
     # output); it is left to the caller so that parity runs without preemption are
     # unchanged.
-
-    def __post_init__(self) -> None:
-        for f in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
-            check_nonnegative(f"engine.{f}", getattr(self, f), strict=True)
-        if self.max_model_len is not None:
-            check_nonnegative("engine.max_model_len", self.max_model_len, strict=True)
-        if self.preemption not in PREEMPTION_MODES:
-            raise ConfigError(f"engine.preemption={self.preemption!r} is not known; "
-                              f"allowed: {', '.join(PREEMPTION_MODES)}")
-        if self.eviction not in EVICTION_ORDERS:
-            raise ConfigError(f"engine.eviction={self.eviction!r} is not known; allowed: {', '.join(EVICTION_ORDERS)}")

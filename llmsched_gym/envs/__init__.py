@@ -9,7 +9,7 @@
   every interval (:mod:`.gateway`).
 
 Each has a native vector version (``gymnasium.make_vec(id, num_envs=N, ...)``) and
-adapts to stable-baselines3 with :func:`llmsched_gym.sb3.to_sb3_vec_env`.
+adapts to stable-baselines3 with :func:`agents.sb3.to_sb3_vec_env`.
 """
 
 from __future__ import annotations

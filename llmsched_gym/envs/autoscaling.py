@@ -18,13 +18,13 @@ from gymnasium.vector.utils import batch_space
 
 from ..autoscaling import Fleet, ScalingView, advance_fleets, check_count, resolve_cold_start
 from ..errors import ConfigError
-from ..scenarios import _OVERRIDES
+from ..evaluation.metrics import summarize
 from ..simulator import SimulatorBatch
-from ..validation import check_number
+from ..validation import ranged
 from .base import LLMSchedEnv
 from .core import (
-    ENV_KEYWORDS,
     CostTracker,
+    EnvKeywords,
     ObsKey,
     Setup,
     build_setup,
@@ -42,27 +42,29 @@ from .vector import SLOT_SLACK
 
 DEFAULT_SCALING_INTERVAL_S = 15.0  # Kubernetes HPA's default sync period
 DEFAULT_GPU_COST = 0.1  # weighted SLO misses per GPU-second
-#: Keywords of this environment besides the common ones (docs/environments.md).
-AUTOSCALING_KEYWORDS = ("initial_instances", "cold_start_s", "gpu_cost")
 FLEET_KEYS = [ObsKey("fleet", "4", "frac"), ObsKey("arrival_rate", "1", "count")]
-#: Common keywords this environment does not take (its reward is fixed: SLO misses + GPU cost).
-_FIXED = ("reward", "unserved_penalty_s", "action")
+
+
+class AutoscalingKeywords(EnvKeywords):
+    """Autoscaling-v0's keywords: the common ones (its reward is fixed: SLO misses + GPU
+    cost) and these (docs/environments.md). ``initial_instances`` is checked against the
+    cluster's instances and ``cold_start_s`` resolved (:mod:`llmsched_gym.autoscaling`)."""
+
+    initial_instances: object = 1
+    cold_start_s: object = None
+    gpu_cost: ranged(float, ge=0) = DEFAULT_GPU_COST
+
+
+#: Keywords of this environment besides the common ones.
+AUTOSCALING_KEYWORDS = tuple(k for k in AutoscalingKeywords.model_fields if k not in EnvKeywords.model_fields)
 
 
 def make_autoscaling_setup(**kwargs) -> Setup:
     """Validate Autoscaling-v0's keywords and build its :class:`~.core.Setup` (spaces
     included); ``setup.autoscaling`` holds ``initial_instances``, ``cold_start_s`` (resolved)
     and ``gpu_cost``."""
-    allowed = [k for k in ENV_KEYWORDS if k not in _FIXED] + list(AUTOSCALING_KEYWORDS)
-    allowed += sorted(_OVERRIDES - set(allowed) - set(_FIXED))
-    unknown = [k for k in kwargs if k not in allowed]
-    if unknown:
-        raise ConfigError(f"llmsched/Autoscaling-v0: unknown keyword{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
+    check_env_keywords("autoscaling", kwargs, AutoscalingKeywords)
     own = {k: kwargs.pop(k) for k in AUTOSCALING_KEYWORDS if k in kwargs}
-    check_env_keywords("autoscaling", kwargs)  # types and ranges of the common keywords
-    if "gpu_cost" in own:
-        check_number("gpu_cost", own["gpu_cost"], ge=0)
     if kwargs.get("router") == "external":
         raise ConfigError("llmsched/Autoscaling-v0: router='external' is not allowed; give a routing policy")
     kwargs.setdefault("horizon", None)
@@ -152,8 +154,6 @@ class _Cluster:
                 "episode_cost": float(self.tracker.total + self.setup.autoscaling["gpu_cost"] * self.gpu_s)}
 
     def final_info(self) -> dict:
-        from ..evaluation.metrics import summarize
-
         metrics = summarize(self.sim)
         metrics["gpu_seconds"] = self.fleet.gpu_seconds()
         metrics["cold_starts"] = self.fleet.cold_starts

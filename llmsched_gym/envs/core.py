@@ -11,20 +11,31 @@ the same trajectory for the same actions.
 
 from __future__ import annotations
 
-import numbers
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 from gymnasium import spaces
+from pydantic import BaseModel
 
 from ..engine import api
 from ..engine.api import CRASHED, DROPPED, EVICTED, EXPIRED, FINISHED, IN_FLIGHT, REJECTED
 from ..errors import ConfigError
+from ..evaluation.metrics import LazySummary
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
-from ..scenarios import _OVERRIDES, Scenario, check_scenario_overrides, make_scenario
-from ..validation import LIMIT_WHY, MAX_SECONDS, SECONDS, check_name, check_number, check_typed, invalid
+from ..scenarios import Scenario, ScenarioOverrides, check_scenario_overrides, make_scenario
+from ..validation import (
+    LIMIT_WHY,
+    MAX_SECONDS,
+    STRICT,
+    Described,
+    Duration,
+    Name,
+    check_number,
+    ranged,
+)
 
 DEFAULT_SCENARIO = "codegen"
 DEFAULT_QPS = 12.0  # codegen: ~0.8 of its published 15 req/s capacity
@@ -552,8 +563,6 @@ class Driver:
     def summary(self) -> Mapping:
         """The harness's metrics of this episode so far (``llmsched_gym.evaluation.metrics.summarize``,
         computed when first read: :class:`~llmsched_gym.evaluation.metrics.LazySummary`)."""
-        from ..evaluation.metrics import LazySummary
-
         return LazySummary(self.sim)
 
     def final_info(self) -> dict:
@@ -741,8 +750,46 @@ ENV_NAMES = {"routing": "Routing", "flow_control": "FlowControl", "admission": "
 #: its name in :data:`ENV_NAMES`, and its id in ``envs/__init__.py``'s ``ENV_IDS``.
 SETUP_BUILDERS: dict = {}
 
-ENV_KEYWORDS = ("scenario", "reward", "horizon", "observation", "reward_scale", "unserved_penalty_s",
-                "priority_weights", "control_interval", "router", "flow_control", "admission", "action")
+class ObservationOptions(BaseModel):
+    """An environment's ``observation`` keyword: keys to leave out, optional keys to add
+    (:data:`OPTIONAL_KEYS`), and whether values are normalized (docs/environments.md)."""
+
+    model_config = STRICT
+    exclude: list[str] | tuple[str, ...] | set[str] = ()
+    include: list[str] | tuple[str, ...] = ()
+    normalize: bool = True
+
+
+#: ``priority_weights``: a weight per integer priority.
+PriorityWeights = Annotated[dict[int, ranged(float, ge=0)],
+                            Described("a mapping {integer priorities (0 critical, -1 sheddable): weight >= 0}")]
+
+
+class EnvKeywords(ScenarioOverrides):
+    """The keywords every environment takes: the scenario's (``make_scenario``'s) and these
+    (docs/environments.md). Each environment kind validates its own model, which extends this;
+    the defaults shown are :func:`build_setup`'s (a kind may set its own)."""
+
+    scenario: Name | Scenario | Path | None = None
+    horizon: Duration | None = None
+    observation: ObservationOptions | None = None
+    reward_scale: ranged(float, gt=0, le=1e6) = 1.0
+    priority_weights: PriorityWeights | None = None
+    control_interval: ranged(float, gt=0, le=3600) = DEFAULT_CONTROL_INTERVAL_S
+
+
+class RewardKeywords(EnvKeywords):
+    """The keywords of an environment whose reward can be chosen."""
+
+    reward: Name = "ttft"
+    unserved_penalty_s: ranged(float, ge=0, le=MAX_SECONDS) | None = None
+
+
+class DecisionEnvKeywords(RewardKeywords):
+    """Routing-v0's, FlowControl-v0's and Admission-v0's keywords (``action``: FlowControl-v0's
+    action mode, :data:`FLOW_ACTIONS`)."""
+
+    action: object = "ceilings"
 
 
 def check_render_mode(env: str, render_mode) -> None:
@@ -753,45 +800,9 @@ def check_render_mode(env: str, render_mode) -> None:
                           "(render_modes is empty), give None")
 
 
-def check_env_keywords(kind: str, kwargs: dict) -> None:
-    """Names, types and ranges of an environment's constructor keywords."""
-    allowed = list(ENV_KEYWORDS) + sorted(_OVERRIDES - set(ENV_KEYWORDS))
-    unknown = [k for k in kwargs if k not in allowed]
-    env = ENV_NAMES.get(kind, kind)
-    if unknown:
-        raise ConfigError(f"llmsched/{env}-v0: unknown keyword{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
-    sc = kwargs.get("scenario")
-    if sc is not None and not isinstance(sc, (Scenario, os.PathLike)):
-        check_name("scenario", sc, what="a scenario name or YAML path")
-    if kwargs.get("horizon", ...) is not ...:
-        check_number("horizon", kwargs["horizon"], **SECONDS, none_ok=True)
-    if "reward_scale" in kwargs:
-        check_number("reward_scale", kwargs["reward_scale"], gt=0, le=1e6)
-    if "unserved_penalty_s" in kwargs:
-        check_number("unserved_penalty_s", kwargs["unserved_penalty_s"], ge=0, le=MAX_SECONDS, none_ok=True)
-    if "control_interval" in kwargs:
-        check_number("control_interval", kwargs["control_interval"], gt=0, le=3600)
-    if "reward" in kwargs:
-        check_name("reward", kwargs["reward"], what="a reward name")
-    pw = kwargs.get("priority_weights")
-    if pw is not None:
-        if not isinstance(pw, dict):
-            raise invalid("priority_weights", pw, "it must be a mapping {priority (integer): weight >= 0}")
-        for p, w in pw.items():
-            if isinstance(p, bool) or not isinstance(p, numbers.Integral):
-                raise invalid("priority_weights", pw, "its keys must be integer priorities (0 critical, -1 sheddable)")
-            check_number(f"priority_weights[{p!r}]", w, ge=0)
-    obs = kwargs.get("observation")
-    if obs is not None:
-        if not isinstance(obs, dict):
-            raise invalid("observation", obs, "it must be a mapping with keys exclude, normalize")
-        if "normalize" in obs:
-            check_typed("observation['normalize']", obs["normalize"], bool)
-        ex = obs.get("exclude", ())
-        if isinstance(ex, str) or not isinstance(ex, (list, tuple, set)) or not all(isinstance(x, str) for x in ex):
-            raise invalid("observation['exclude']", ex, "it must be a list of observation key names")
-    check_scenario_overrides({k: v for k, v in kwargs.items() if k in _OVERRIDES})
+def check_env_keywords(kind: str, kwargs: dict, model: type[EnvKeywords] = DecisionEnvKeywords) -> None:
+    """Names, types and ranges of an environment's constructor keywords (``model``: its kind's)."""
+    check_scenario_overrides(kwargs, model=model, label=f"llmsched/{ENV_NAMES.get(kind, kind)}-v0")
 
 
 # ====================================================================== optional extras

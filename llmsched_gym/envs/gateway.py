@@ -10,6 +10,7 @@ multiplies LMetric's score, so every request is still routed on its own, in the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 import numpy as np
 from gymnasium import spaces
@@ -18,18 +19,17 @@ from ..engine import api
 from ..engine.api import compiled_form
 from ..errors import ConfigError
 from ..gateway.policy import RoutingPolicy, make_policy
-from ..scenarios import _OVERRIDES
 from . import batched
 from .base import LLMSchedEnv
 from .core import (
     DRIVERS,
-    ENV_KEYWORDS,
     ENV_NAMES,
     INTERVAL_KEYS,
     SETUP_BUILDERS,
     ExternalCeilings,
     ExternalRejection,
     IntervalDriver,
+    RewardKeywords,
     Setup,
     build_setup,
     check_env_keywords,
@@ -57,7 +57,13 @@ ADMISSION_RANGE = 16.0
 #: Range of the ceiling scales: ``2 ** (2 a - 1)``, 1/2 .. 2.
 CEILING_RANGE = 2.0
 #: The keywords of Gateway-v0 beyond those of every environment.
-GATEWAY_KEYWORDS = ("admission_action", "flow_action")
+
+
+class GatewayKeywords(RewardKeywords):
+    """Gateway-v0's keywords: the common ones and its action modes."""
+
+    admission_action: Literal[ADMISSION_ACTIONS] = "rejection"
+    flow_action: Literal[FLOW_ACTIONS] = "ceilings"
 
 
 def route_weights(a: np.ndarray) -> np.ndarray:
@@ -143,19 +149,9 @@ def _base_policy(value, default: str, role: str, code: int, what: str, keyword: 
 
 def make_gateway_setup(**kwargs) -> GatewaySetup:
     """Validate Gateway-v0's keywords and build its spaces (see :class:`GatewayEnv`)."""
-    allowed = [k for k in ENV_KEYWORDS if k != "action"] + list(GATEWAY_KEYWORDS) + sorted(
-        _OVERRIDES - set(ENV_KEYWORDS))
-    unknown = [k for k in kwargs if k not in allowed]
-    if unknown:
-        raise ConfigError(f"llmsched/Gateway-v0: unknown keyword{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(map(repr, unknown))}; allowed: {', '.join(allowed)}")
+    check_env_keywords(KIND, kwargs, GatewayKeywords)
     adm_mode = kwargs.pop("admission_action", "rejection")
     flow_mode = kwargs.pop("flow_action", "ceilings")
-    if adm_mode not in ADMISSION_ACTIONS:
-        raise ConfigError(f"admission_action={adm_mode!r} is invalid; choose one of {', '.join(ADMISSION_ACTIONS)}")
-    if flow_mode not in FLOW_ACTIONS:
-        raise ConfigError(f"flow_action={flow_mode!r} is invalid; choose one of {', '.join(FLOW_ACTIONS)}")
-    check_env_keywords(KIND, kwargs)
     router = kwargs.pop("router", None) or "lmetric"
     WeightedLMetric(make_policy(router, "routing"))  # validates it
     base_k, base_flow = 0.0, (1.0, 1.0)

@@ -3,7 +3,7 @@
 A backend maps a function over tasks and returns the results **in task order**, whatever
 the number of workers and the order in which they finish; a callback sees each result as
 it arrives (progress bars, incremental writes). The evaluation harness (``compare``,
-``benchmarks/reproduce.py``) runs its cells through one, and ``benchmarks/capacities.py``
+``benchmarks/studies/reproduce.py``) runs its cells through one, and ``benchmarks/validation/capacities.py``
 its capacity searches (one search is a sequence of dependent probes, so it is one task).
 
 * :class:`LocalBackend` (``--backend local``, the default): a process pool on this
@@ -29,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Sequence
 
 from ..errors import ConfigError
+from ..simulator import compile_kernels
 from ..validation import check_number, require_extra
 
 #: Backend names (``--backend``).
@@ -210,8 +211,6 @@ def warm_up() -> None:
     so on stderr: callers with a progress display call it before showing it)."""
     global _warm
     if not _warm:
-        from ..simulator import compile_kernels
-
         compile_kernels()
         _warm = True
 

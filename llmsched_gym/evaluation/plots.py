@@ -25,6 +25,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from ..validation import atomic_write_bytes
+
 CHANGE_METRICS = (("ttft_p99", "TTFT p99"), ("e2e_p99", "E2E p99"), ("throughput_rps", "throughput"),
                   ("goodput_rps", "goodput"))
 
@@ -32,8 +34,6 @@ CHANGE_METRICS = (("ttft_p99", "TTFT p99"), ("e2e_p99", "E2E p99"), ("throughput
 def _save(fig, path) -> Path:
     """Render ``fig`` and write it atomically (no partial image if the write fails)."""
     import io
-
-    from ..validation import atomic_write_bytes
 
     path = Path(path)
     buf = io.BytesIO()

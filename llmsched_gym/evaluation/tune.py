@@ -75,20 +75,25 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .. import tables
-from ..errors import ConfigError, MissingExtraError, OutputError
+from ..errors import ConfigError, MissingExtraError
 from ..gateway.policy import ROLE_KEYS, PolicySpec, list_policies, parse_policy
 from ..validation import (
-    SEED,
-    SEEDS,
+    Seed,
+    SeedCount,
+    atomic_write_text,
     check_call_kwargs,
     check_keys,
     check_number,
+    check_seed,
+    check_typed,
     checked_keywords,
+    ranged,
+    require_extra,
     signature_params,
     split_range,
     type_name,
 )
+from .backends import make_backend
 from .harness import METRIC_COLUMNS, _assemble, _execute, resolve_points, scenario_classes, with_defaults
 
 #: Metrics every trial records besides the objective's and constraints' (class ``all``).
@@ -509,24 +514,18 @@ class TuneResult:
             w.writerow({k: ("" if v is None or (isinstance(v, float) and math.isnan(v)) else v) for k, v in r.items()})
         text = buf.getvalue()
         if path is not None:
-            from ..validation import atomic_write_text
-
             atomic_write_text(path, text)
         return text
 
     def to_json(self, path=None) -> str:
         text = json.dumps(_finite({"meta": self.meta, "best": self.best, "trials": self.trials}), indent=1)
         if path is not None:
-            from ..validation import atomic_write_text
-
             atomic_write_text(path, text)
         return text
 
     def write(self, out, *, plots: bool = True, extra: dict | None = None) -> list[Path]:
         """``best.txt``, ``best.json``, ``trials.csv``, ``trials.json`` and (``plots``) the
         figures in ``out``; returns the figures' paths."""
-        from ..validation import atomic_write_text
-
         out = Path(out)
         figures = self.figures(out) if plots else []
         self.to_csv(out / "trials.csv")
@@ -576,8 +575,6 @@ def _finite(o):
 
 
 def _import_optuna():
-    from ..validation import require_extra
-
     require_extra("tune", modules=("optuna",), extra="tune")
     import optuna
 
@@ -602,6 +599,9 @@ def _medians(rows: list[dict], label: str, keys: Sequence[tuple[str, str]]) -> d
 # ====================================================================== the search
 #: The most trials of one search (each runs every seed; beyond, a search never ends).
 MAX_TRIALS = 10_000
+#: A number of trials (or of trials evaluated together); of random trials before TPE (may be 0).
+TrialCount = ranged(int, ge=1, le=MAX_TRIALS)
+StartupTrials = ranged(int, ge=0, le=MAX_TRIALS)
 
 
 @checked_keywords
@@ -609,7 +609,7 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
          trials: int = 20, seeds: "int | Sequence[int]" = 2, qps=None, load=None, paper_qps=None,
          overrides: dict | None = None, common: dict | None = None, sampler_seed: int = 0,
          startup_trials: int = 10, batch: int = 1, workers: int | None = None, backend=None,
-         ray_address: str | None = None, progress: "bool | Callable[[int, int, dict | None], None]" = False
+         ray_address: str | None = None, progress: "Callable[[int, int, dict | None], None] | None" = None
          ) -> TuneResult:
     """Search ``space`` on ``scenario`` at one load point for ``objective``.
 
@@ -627,22 +627,19 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
         batch: trials asked and evaluated together (their cells in one map of the
             backend: parallelism across trials on a cluster); results depend on it.
         workers / backend / ray_address: where the cells run (:func:`~.harness.evaluate`).
-        progress: True shows a rich progress bar; a callable gets ``(done, total, best)``.
+        progress: called with ``(done, total, best trial so far)`` after each trial (the CLI
+            draws a bar with it, :class:`llmsched_gym.cli.progress.ProgressBar`).
     """
-    from .backends import make_backend
-
     space = parse_space(space)
     obj = objective if isinstance(objective, Objective) else parse_objective(objective)
     cons = [c if isinstance(c, Constraint) else parse_constraint(c) for c in constraints]
-    trials = check_number("trials", trials, integer=True, ge=1, le=MAX_TRIALS)
-    startup_trials = check_number("startup_trials", startup_trials, integer=True, ge=0, le=MAX_TRIALS)
-    batch = check_number("batch", batch, integer=True, ge=1, le=MAX_TRIALS)
-    sampler_seed = check_number("sampler_seed", sampler_seed, **SEED)
+    trials = check_typed("trials", trials, TrialCount)
+    startup_trials = check_typed("startup_trials", startup_trials, StartupTrials)
+    batch = check_typed("batch", batch, TrialCount)
+    sampler_seed = check_typed("sampler_seed", sampler_seed, Seed)
     if isinstance(seeds, (int, np.integer)) and not isinstance(seeds, bool):
-        seed_list = list(range(check_number("seeds", seeds, **SEEDS)))
+        seed_list = list(range(check_typed("seeds", seeds, SeedCount)))
     else:
-        from ..validation import check_seed
-
         seed_list = [check_seed(f"seeds[{i}]", s) for i, s in enumerate(seeds)]
         if not seed_list:
             raise ConfigError("no seed given")
@@ -702,34 +699,29 @@ def tune(scenario, space, objective: "str | Objective" = "ttft_mean", *, constra
         study = optuna.create_study(direction=obj.direction, sampler=sampler)
         dists = {p.key: p.distribution() for p in space.params}
         rows: list[dict] = []
-        bar = _progress_bar(progress, trials)
-        try:
-            while len(rows) < trials:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    asked = [study.ask(dists) for _ in range(min(batch, trials - len(rows)))]
-                values = [{p.key: p.value(t.params[p.key]) for p in space.params} for t in asked]
-                specs = [space.spec(v, common) for v in values]
-                run(specs)
-                for t, v, s in zip(asked, values, specs):
-                    med = cache[s]
-                    value = obj.value(med)
-                    viol = [c.violation(med[c.term.key]) for c in cons]
-                    for i, x in enumerate(viol):
-                        t.set_constraint(f"c{i}", x)
-                    if math.isfinite(value):
-                        study.tell(t, value)
-                    else:
-                        study.tell(t, state=optuna.trial.TrialState.FAIL)
-                    row = {"trial": t.number, **v, "spec": s, "objective": value,
-                           "feasible": all(x <= 0 for x in viol), "violation": float(sum(max(x, 0.0) for x in viol)),
-                           "state": "complete" if math.isfinite(value) else "failed", **med}
-                    rows.append(row)
-                    if bar is not None:
-                        bar(len(rows), trials, _best(rows, obj))
-        finally:
-            if bar is not None:
-                bar(None, trials, None)
+        while len(rows) < trials:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                asked = [study.ask(dists) for _ in range(min(batch, trials - len(rows)))]
+            values = [{p.key: p.value(t.params[p.key]) for p in space.params} for t in asked]
+            specs = [space.spec(v, common) for v in values]
+            run(specs)
+            for t, v, s in zip(asked, values, specs):
+                med = cache[s]
+                value = obj.value(med)
+                viol = [c.violation(med[c.term.key]) for c in cons]
+                for i, x in enumerate(viol):
+                    t.set_constraint(f"c{i}", x)
+                if math.isfinite(value):
+                    study.tell(t, value)
+                else:
+                    study.tell(t, state=optuna.trial.TrialState.FAIL)
+                row = {"trial": t.number, **v, "spec": s, "objective": value,
+                       "feasible": all(x <= 0 for x in viol), "violation": float(sum(max(x, 0.0) for x in viol)),
+                       "state": "complete" if math.isfinite(value) else "failed", **med}
+                rows.append(row)
+                if progress:
+                    progress(len(rows), trials, _best(rows, obj))
     finally:
         if be is not backend:
             be.close()
@@ -754,176 +746,3 @@ def _best(rows: list[dict], obj: Objective) -> dict | None:
     if feasible:
         return min(feasible, key=lambda r: (sign * r["objective"], r["trial"]))
     return min(ok, key=lambda r: (r["violation"], sign * r["objective"], r["trial"]))
-
-
-def _progress_bar(progress, total: int):
-    """``update(done, total, best)`` (``done=None`` closes it), or None."""
-    if callable(progress):
-        return lambda done, total, best: done is not None and progress(done, total, best)
-    if progress is not True:
-        return None
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    bar = Progress(TextColumn("[bold]tuning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   TextColumn("eta"), TimeRemainingColumn(), TextColumn("{task.description}"))
-    bar.start()
-    task = bar.add_task("", total=total)
-
-    def update(done, total, best):
-        if done is None:
-            bar.stop()
-            return
-        desc = f"best {best['objective']:.4g} (trial {best['trial']})" if best else ""
-        bar.update(task, completed=done, description=desc)
-
-    return update
-
-
-# ====================================================================== CLI
-_TUNE_HELP = """\
-Search a policy's parameters on one scenario at one load point for an objective
-(Optuna TPE, seeded: the same arguments give the same trials). Needs the [tune] extra.
-
-SPACE (--space, one per role; several make a joint space; or a YAML file):
-  'bailian:lam=0..1'                                      a float in [0, 1]
-  'aibrix:imbalance=1..64:log'                            an int parameter: integers, log scale
-  'llm-d:queue_weight=0..5,kv_weight=0..5,prefix_weight=0..5'
-  --space 'bailian:lam=0..1' --space 'static-usage-limit:threshold=0.5..1'   router + flow control
-PARAM=VALUE fixes a parameter; parameter names as in `llmsched-gym policies`.
-
-OBJECTIVE (minimized; 'max:' maximizes): [WEIGHT*]METRIC[:CLASS] joined by + or -,
-class default 'all', over the medians across seeds:
-  ttft_mean   ttft_p99:critical   tpot_p99   0.7*ttft_p99:critical+0.3*tpot_p99   max:goodput_rps
-
-CONSTRAINT (any number): METRIC[:CLASS]>=BOUND or <=; BOUND is a number or
-[FACTOR*]POLICY (that policy's median on the same seeds):
-  'throughput_rps:sheddable>=0.9*static-usage-limit'   'slo_attainment:critical>=0.95'
-
-Output in --out: best.txt (the best policy spec, usable as `compare --policies`),
-best.json, trials.csv, trials.json and objective-vs-PARAM.png per parameter.
-"""
-
-
-def add_cli(subparsers) -> None:
-    """Register ``llmsched-gym tune``."""
-    import argparse
-
-    from ..flags import add_backend_args, add_force_arg, add_window_args
-
-    p = subparsers.add_parser("tune", help="search a policy's parameters for an objective (Optuna TPE)",
-                              description=_TUNE_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", required=True, help="scenario name or YAML file")
-    rate = p.add_mutually_exclusive_group()
-    rate.add_argument("--qps", type=float, help="request rate (req/s)")
-    rate.add_argument("--load", type=float, help="fraction of the measured capacity, e.g. 0.5")
-    rate.add_argument("--paper-qps", type=float, help="a published QPS point (codegen, chat, reasoning)")
-    p.add_argument("--space", action="append", required=True, metavar="SPACE",
-                   help="POLICY:PARAM=LOW..HIGH[:log][:int],... or a YAML file; repeat for a joint space")
-    p.add_argument("--objective", default="ttft_mean", help="what to minimize (default ttft_mean; see above)")
-    p.add_argument("--constraint", action="append", default=[], metavar="EXPR",
-                   help="METRIC[:CLASS]>=BOUND or <=BOUND (repeatable; see above)")
-    p.add_argument("--trials", type=int, default=20, help="number of trials (default 20)")
-    p.add_argument("--seeds", type=int, default=2, help="paired seeds every trial runs (default 2)")
-    p.add_argument("--seed", type=int, default=0, help="first seed (default 0)")
-    p.add_argument("--sampler-seed", type=int, default=0, help="seed of the TPE sampler (default 0)")
-    p.add_argument("--startup-trials", type=int, default=10, help="random trials before TPE (default 10)")
-    p.add_argument("--batch", type=int, default=1,
-                   help="trials evaluated together, their cells in one run of the backend (default 1; "
-                        "more uses a cluster's CPUs; results depend on it)")
-    p.add_argument("--router", help="router when the space sets none")
-    p.add_argument("--flow-control", help="flow control when the space sets none ('none' = no queue)")
-    p.add_argument("--admission", help="admission when the space sets none")
-    add_window_args(p)
-    p.add_argument("--out", help="output directory (default results/tune-<timestamp>)")
-    p.add_argument("--workers", type=int, help="processes (default: min(CPU count, cells of a trial)); with "
-                   "--backend ray, the local Ray instance's CPUs")
-    add_backend_args(p)
-    p.add_argument("--no-plots", action="store_true", help="skip the figures")
-    add_force_arg(p)
-    p.set_defaults(func=cmd_tune)
-
-
-def cmd_tune(args) -> int:
-    from rich.table import Table
-
-    from ..flags import backend_from_args, check_flags, policy_overrides, window_overrides
-    from ..scenarios import make_scenario
-    from ..validation import check_name, check_output_dir
-
-    check_flags(args, ["--seed", "--seeds", "--workers", "--duration", "--horizon", "--qps", "--load", "--paper-qps"])
-    for flag in ("--trials", "--batch"):
-        check_number(flag, getattr(args, flag[2:]), integer=True, ge=1, le=MAX_TRIALS)
-    check_number("--startup-trials", args.startup_trials, integer=True, ge=0, le=MAX_TRIALS)
-    check_number("--sampler-seed", args.sampler_seed, **SEED)
-    check_name("--scenario", args.scenario, what="a scenario name or YAML path")
-    out = check_output_dir("--out", args.out if args.out is not None else
-                           Path("results") / f"tune-{time.strftime('%Y%m%d-%H%M%S')}", force=args.force)
-    make_scenario(args.scenario)  # clear error for unknown names
-    common = policy_overrides(args)
-    space = parse_space(args.space)
-    obj = parse_objective(args.objective)
-    cons = [parse_constraint(c) for c in args.constraint]
-    backend = backend_from_args(args)
-    overrides = window_overrides(args)
-    console = tables.console()
-    try:
-        res = tune(args.scenario, space, obj, constraints=cons, trials=args.trials,
-                   seeds=list(range(args.seed, args.seed + args.seeds)), qps=args.qps, load=args.load,
-                   paper_qps=args.paper_qps, overrides=overrides, common=common, sampler_seed=args.sampler_seed,
-                   startup_trials=args.startup_trials, batch=args.batch, backend=backend, progress=True)
-    finally:
-        backend.close()
-    m = res.meta
-    t = Table(title=f"{m['scenario']} @ {m['point']} ({m['qps']:.4g} req/s): {obj.text} ({obj.direction}d), "
-                    f"{m['trials']} trials x {len(m['seeds'])} seeds; best 10")
-    cols = ["trial", *[p.key for p in space.params], "objective", "feasible"] + [
-        k for k in res.columns() if ":" in k and k not in ("objective",)]
-    for c in cols:
-        t.add_column(c, justify="right")
-    sign = -1.0 if obj.maximize else 1.0
-    ranked = sorted((r for r in res.trials if r["state"] == "complete"),
-                    key=lambda r: (not r["feasible"], sign * r["objective"], r["trial"]))
-    for r in ranked[:10]:
-        t.add_row(*[_cell(r.get(c)) for c in cols], style="bold" if res.best and r["trial"] == res.best["trial"] else None)
-    tables.print_table(t, console)
-    for c in m["constraints"]:
-        console.print(f"constraint {c['text']}: bound {_cell(c['bound'])}")
-    extra = {"wall_seconds": round(res.wall_seconds, 2),
-             "arguments": {k: v for k, v in vars(args).items() if k not in ("func", "command")}}
-    try:
-        figures = res.write(out, plots=not args.no_plots, extra=extra)
-    except OutputError as e:
-        from ..validation import fallback_dir
-
-        saved = fallback_dir("llmsched-gym-tune-")
-        res.write(saved, plots=not args.no_plots, extra=extra)
-        raise OutputError(f"--out: {e}; the results were saved to {saved} instead") from None
-    console.print(f"\n{m['trials']} trials ({m['evaluated']} distinct) in {res.wall_seconds:.1f} s.")
-    if res.best is None:
-        console.print("no trial produced a finite objective; see trials.csv")
-        return 1
-    if not res.best["feasible"]:
-        console.print("[bold red]no trial met the constraints[/]; best.txt holds the least violating one")
-    console.print(f"best: {res.best_spec}  ({obj.text} = {res.best['objective']:.4g}, trial {res.best['trial']})")
-    console.print(f"results: {out / 'best.txt'}, {out / 'best.json'}, {out / 'trials.csv'}, {out / 'trials.json'}")
-    if figures:
-        console.print("figures: " + ", ".join(str(f) for f in figures))
-    return 0
-
-
-def _cell(v) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
-

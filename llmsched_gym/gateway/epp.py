@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import ConfigError
+from .policy import _parse_params, list_policies, make_policy, parse_policy, policy_parameters
 from .saturation import SaturationConfig
 
 API_VERSIONS = ("llm-d.ai/v1alpha1", "llm-d.ai/v1", "inference.networking.x-k8s.io/v1alpha1")
@@ -561,8 +562,6 @@ def _flow_control(fc: dict, plugins: dict[str, _Plugin], source: str) -> tuple[s
 
 def _admission_names() -> dict:
     """The probabilistic admission policy's parameter names for llm-d's (k, power, thresholds)."""
-    from .policy import list_policies, policy_parameters
-
     params = policy_parameters(list_policies("admission")["probabilistic"])
     if "k" in params:
         return {"k": "k", "power": "power", "queueDepthThreshold": "queueDepthThreshold",
@@ -597,16 +596,12 @@ def _admitter(p: _Plugin, saturation: dict | None, det: dict, source: str) -> st
 
 # ====================================================================== writing
 def _split(spec: str) -> tuple[str, dict]:
-    from .policy import _parse_params
-
     name, _, params = str(spec).partition(":")
     return name, _parse_params(name, params)
 
 
 def _full_params(spec, role: str) -> tuple[str, dict]:
     """(name, every constructor parameter with its value) of a policy spec, validated."""
-    from .policy import list_policies, make_policy, policy_parameters
-
     make_policy(spec, role)
     name, given = _split(spec)
     params = dict(policy_parameters(list_policies()[name]))
@@ -619,8 +614,6 @@ def _combination(spec) -> dict:
     """``{router, flow_control, admission}`` of a combination, defaults applied:
     router ``llm-d``; flow control none; admission ``always-admit`` with flow control
     (llm-d's flow control does the admitting) and ``legacy`` without (llm-d's gate)."""
-    from .policy import parse_policy
-
     roles = parse_policy(spec).kwargs() if isinstance(spec, str) else dict(spec)
     if roles.get("scaler") is not None:
         raise ConfigError(f"scaler={roles['scaler']!r}: an EndpointPickerConfig has no autoscaler (the cluster's "
@@ -785,66 +778,6 @@ def gateway_from_yaml(gw: dict, source: str) -> dict:
         raise ConfigError(f"{source}.gateway: give either epp_config or {', '.join(clash)}, not both "
                           "(the EndpointPickerConfig sets them)")
     return {**gw, **kw}
-
-
-def add_cli(subparsers) -> None:
-    """``policies --to-epp-config SPEC`` and ``compare --epp-config FILE`` (``run
-    --epp-config`` is a gateway flag of ``run`` in cli.py)."""
-    choices = getattr(subparsers, "choices", {})
-    if "policies" in choices:
-        p = choices["policies"]
-        p.add_argument("--to-epp-config", metavar="SPEC",
-                       help="write the llm-d EndpointPickerConfig of a policy combination, e.g. "
-                            "'llm-d:prefix_weight=2+soft-reflective-ceiling'")
-        p.add_argument("--out", help="with --to-epp-config: write to this file instead of stdout")
-        p.add_argument("--force", action="store_true", help="with --out: replace an existing file")
-        listing = p.get_default("func")
-        p.set_defaults(func=lambda args: cmd_to_epp_config(args) if args.to_epp_config is not None
-                       else listing(args))
-    if "compare" in choices:
-        p = choices["compare"]
-        p.add_argument("--epp-config", action="append", dest="epp_configs", metavar="FILE",
-                       help="add the policies of an llm-d EndpointPickerConfig as an entry (repeatable; "
-                            "labelled by the file name)")
-        compare = p.get_default("func")
-        p.set_defaults(func=lambda args: compare(_with_epp_entries(args)))
-
-
-def cmd_to_epp_config(args) -> int:
-    from ..validation import atomic_write_text, check_output_file
-
-    if args.out is not None:
-        check_output_file("--out", args.out, force=args.force)  # a bad path: one line, exit 2, nothing written
-    text = dump_epp_config(args.to_epp_config)
-    if args.out is not None:
-        atomic_write_text(Path(args.out).expanduser(), text)
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
-    return 0
-
-
-def _with_epp_entries(args):
-    """``compare --epp-config``: each file becomes a ``--policies`` entry."""
-    import sys
-
-    files = getattr(args, "epp_configs", None) or []
-    entries = []
-    for f in files:
-        cfg = load_epp_config(f)
-        for w in cfg.warnings:
-            print(f"warning: {cfg.source}: {w}", file=sys.stderr)
-        extra = {k: v for k, v in (("ttl_s", cfg.ttl_s), ("band_capacity", cfg.band_capacity))
-                 if v is not None and v != {"ttl_s": DEFAULT_TTL_S, "band_capacity": DEFAULT_BAND_CAPACITY}[k]}
-        if extra or cfg.saturation is not None or cfg.eviction:
-            raise ConfigError(f"compare --epp-config {f}: its defaultRequestTTL / maxRequests / saturation detector "
-                              "/ enableEviction "
-                              "differ from the defaults, and compare sets policies only; use run --epp-config or a "
-                              "scenario YAML with gateway: {epp_config: FILE}")
-        entries.append(cfg.spec(label=Path(f).stem))
-    if entries:
-        args.policies = ";".join(([args.policies] if args.policies else []) + entries)
-    return args
 
 
 __all__ = ["EPPConfig", "load_epp_config", "epp_config_from_dict", "to_epp_config", "dump_epp_config",

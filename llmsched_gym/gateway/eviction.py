@@ -26,12 +26,13 @@ its way, freeing its KV blocks (their cached prefix stays reusable).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
-from ..errors import ConfigError, check_nonnegative
+from ..errors import ConfigError
+from ..validation import config_dataclass, ranged
 
 
-@dataclass(frozen=True)
+@config_dataclass("eviction", frozen=True)
 class EvictionConfig:
     """Demand-driven eviction's parameters; the defaults are llm-d-router's (its Go
     config's ``MaxRevocationsPerDecision`` and ``EvictionConfirmationGrace``, which its
@@ -43,14 +44,8 @@ class EvictionConfig:
             (default 0.5, >= 0; llm-d's value for scraped saturation detectors).
     """
 
-    max_revocations_per_decision: int = 2
-    confirmation_grace_s: float = 0.5
-
-    def __post_init__(self) -> None:
-        n = self.max_revocations_per_decision
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ConfigError(f"eviction.max_revocations_per_decision={n!r} is invalid; it must be an integer >= 1")
-        check_nonnegative("eviction.confirmation_grace_s", self.confirmation_grace_s)
+    max_revocations_per_decision: ranged(int, ge=1) = 2
+    confirmation_grace_s: ranged(float, ge=0) = 0.5
 
     @classmethod
     def from_value(cls, v: "EvictionConfig | dict | bool | None",

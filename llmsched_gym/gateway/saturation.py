@@ -35,11 +35,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import fields
+from typing import Literal
 
 import numpy as np
 
-from ..errors import ConfigError, check_choice, check_nonnegative
+from ..errors import ConfigError
+from ..validation import config_dataclass, ranged
 
 KINDS = ("utilization", "concurrency")
 CONCURRENCY_MODES = ("requests", "tokens", "hybrid")
@@ -60,7 +62,7 @@ LLMD_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@config_dataclass("saturation", frozen=True)
 class SaturationConfig:
     """Which detector and its parameters; the defaults are llm-d-router's.
 
@@ -85,32 +87,15 @@ class SaturationConfig:
             (default 1,000,000).
     """
 
-    kind: str = "utilization"
-    queue_depth_threshold: float = 5
-    kv_cache_util_threshold: float = 0.8
-    metrics_staleness_threshold_s: float = 0.2
-    staleness_policy: str = "saturated"
-    headroom: float = 0.0
-    concurrency_mode: str = "requests"
-    max_concurrency: int = 100
-    max_token_concurrency: int = 1_000_000
-
-    def __post_init__(self) -> None:
-        check_choice("saturation.kind", self.kind, KINDS)
-        check_choice("saturation.concurrency_mode", self.concurrency_mode, CONCURRENCY_MODES)
-        check_choice("saturation.staleness_policy", self.staleness_policy, STALENESS_POLICIES)
-        check_nonnegative("saturation.queue_depth_threshold", self.queue_depth_threshold, strict=True)
-        check_nonnegative("saturation.kv_cache_util_threshold", self.kv_cache_util_threshold, strict=True)
-        if self.kv_cache_util_threshold > 1.0:
-            raise ConfigError(f"saturation.kv_cache_util_threshold={self.kv_cache_util_threshold!r} is invalid; "
-                              "it must be in (0, 1]")
-        check_nonnegative("saturation.metrics_staleness_threshold_s", self.metrics_staleness_threshold_s, strict=True)
-        check_nonnegative("saturation.headroom", self.headroom)
-        for name in ("max_concurrency", "max_token_concurrency"):
-            v = getattr(self, name)
-            check_nonnegative(f"saturation.{name}", v, strict=True)
-            if float(v) != int(v):
-                raise ConfigError(f"saturation.{name}={v!r} is invalid; it must be an integer > 0")
+    kind: Literal[KINDS] = "utilization"
+    queue_depth_threshold: ranged(float, gt=0) = 5
+    kv_cache_util_threshold: ranged(float, gt=0, le=1) = 0.8
+    metrics_staleness_threshold_s: ranged(float, gt=0) = 0.2
+    staleness_policy: Literal[STALENESS_POLICIES] = "saturated"
+    headroom: ranged(float, ge=0) = 0.0
+    concurrency_mode: Literal[CONCURRENCY_MODES] = "requests"
+    max_concurrency: ranged(int, ge=1) = 100
+    max_token_concurrency: ranged(int, ge=1) = 1_000_000
 
     @classmethod
     def from_dict(cls, d: "dict | SaturationConfig | None", source: str = "saturation") -> "SaturationConfig":

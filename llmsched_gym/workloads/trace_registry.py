@@ -2,10 +2,13 @@
 
 Every known public trace has an entry (:data:`TRACES`): where it is published, its
 license, size and format, and the path it takes under a trace directory (the layout of
-``../shared/traces``). ``download`` streams it into the user's cache
-(``$LLMSCHED_CACHE_DIR/traces`` or ``~/.cache/llmsched-gym/traces``) through a temporary
-file, checks the SHA-256 and only then moves it into place, so a failed or interrupted
-download never leaves a partial file.
+``../shared/traces``). ``download`` fetches it with pooch into the user's cache
+(``$LLMSCHED_CACHE_DIR/traces`` or ``~/.cache/llmsched-gym/traces``): a temporary file,
+its SHA-256 checked, and only then moved into place, so a failed or interrupted download
+never leaves a partial file. What is written here is what pooch does not do: the
+registry, local sources, the git-lfs check and error messages that say what happened.
+pooch is imported only by the functions that download or hash (about 0.1 s with
+requests, which ``import llmsched_gym`` would otherwise pay on every start).
 
 A SHA-256 is pinned only where it was computed on the published bytes; traces whose
 bytes could not be obtained when this list was made have none, and ``download``
@@ -19,12 +22,9 @@ Scenarios find a downloaded trace by name or by its path under the trace directo
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
-import tempfile
-import urllib.error
-import urllib.request
+import shutil
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,13 +167,11 @@ def locate(path_or_name: str) -> Path | None:
     return None
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file (pooch's ``file_hash``)."""
+    import pooch  # imported where used: ~0.1 s with requests, which ``import llmsched_gym`` does not pay
+
+    return pooch.file_hash(str(path), alg="sha256")
 
 
 @dataclass
@@ -187,46 +185,51 @@ class DownloadResult:
     fetched: bool
 
 
-def _open_source(source: str):
-    """(binary stream, total bytes or None, description) of a local path or a URL."""
+class _Fetcher:
+    """A pooch downloader of one trace: pooch's HTTP downloader for a URL, a copy for a
+    local file (``--from FILE``, ``file://``: pooch has no downloader for them). It refuses
+    a git-lfs pointer (what a repository serves for a file it stores in LFS) and keeps the
+    SHA-256 of the bytes it wrote, for the error when they do not match the pin."""
+
+    def __init__(self, source: str, progress):
+        self.source = source
+        self.progress = progress
+        self.sha256: str | None = None
+
+    def __call__(self, url: str, output_file: str, pooch_obj) -> None:
+        import pooch
+
+        local = _local_path(self.source)
+        if local is None:
+            pooch.HTTPDownloader(progressbar=self.progress or False, headers={"User-Agent": "llmsched-gym"})(
+                self.source, output_file, pooch_obj)
+        else:
+            with open(local, "rb") as src, open(output_file, "wb") as out:
+                shutil.copyfileobj(src, out)
+        with open(output_file, "rb") as f:
+            if f.read(64).startswith(b"version https://git-lfs"):
+                raise ConfigError(f"{self.source} returned a git-lfs pointer, not the data")
+        self.sha256 = pooch.file_hash(output_file, alg="sha256")
+
+
+def _local_path(source: str) -> Path | None:
+    """The file a source names (a path, or a ``file://`` URL); None for a network URL."""
+    if source.startswith("file://"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(source).path))
     if "://" not in source:
         p = Path(source).expanduser()
         if not p.is_file():
             raise ConfigError(f"--from {source}: file not found")
-        return open(p, "rb"), p.stat().st_size, str(p)
-    try:
-        resp = urllib.request.urlopen(urllib.request.Request(source, headers={"User-Agent": "llmsched-gym"}),
-                                      timeout=60)
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise ConfigError(f"cannot download {source}: {getattr(e, 'reason', e)}") from None
-    length = resp.headers.get("Content-Length") if hasattr(resp, "headers") else None
-    return resp, int(length) if length and length.isdigit() else None, source
-
-
-def _progress(total: int | None, label: str, enabled: bool):
-    """A rich progress bar on stderr (None when disabled or stderr is not a terminal)."""
-    if not enabled or not sys.stderr.isatty():
-        return None
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                   TimeRemainingColumn(), console=Console(file=sys.stderr), transient=True)
-    bar.start()
-    return bar, bar.add_task(label, total=total)
+        return p
+    return None
 
 
 def download(name: str, dest_dir: str | os.PathLike | None = None, *, source: str | None = None,
-             allow_unverified: bool = False, progress: bool = True, entry: TraceEntry | None = None
+             allow_unverified: bool = False, progress=False, entry: TraceEntry | None = None
              ) -> DownloadResult:
-    """Fetch trace ``name`` into ``dest_dir`` (default :func:`cache_dir`) at its ``local`` path.
+    """Fetch trace ``name`` into ``dest_dir`` (default :func:`cache_dir`) at its ``local`` path,
+    with pooch (``pooch.retrieve``: a temporary file beside the target, moved into place
+    only after its SHA-256 matched).
 
     Args:
         name: a registry name (``llmsched-gym traces list``).
@@ -235,134 +238,55 @@ def download(name: str, dest_dir: str | os.PathLike | None = None, *, source: st
             or a copy obtained elsewhere, verified the same way).
         allow_unverified: accept a trace with no pinned SHA-256 (the computed hash is
             returned in the result, ``verified`` False).
-        progress: show a progress bar on stderr.
+        progress: a progress bar for pooch's HTTP downloader (an object with ``total``,
+            ``update``, ``reset`` and ``close``, as the CLI's; True: pooch's own, which
+            needs tqdm); False: none.
         entry: use this entry instead of looking ``name`` up (tests, private mirrors).
 
-    The bytes go to a temporary file beside the target; it is renamed into place only
-    after the SHA-256 matched, and removed on any failure, so the target is never partial.
-    An existing file with the pinned hash is kept without fetching.
+    The target is never partial: a failed download removes its temporary file and the
+    directories it created, and an existing file is replaced only by verified bytes. An
+    existing file with the pinned hash is kept without fetching.
     """
+    import pooch
+
     e = entry or get_trace(name)
     if e.sha256 is None and not allow_unverified:
         raise ConfigError(f"trace {e.name!r} has no pinned SHA-256 (its published bytes were not available "
                           "when the list was made); pass --allow-unverified to download it anyway")
-    target = Path(dest_dir).expanduser() if dest_dir is not None else cache_dir()
-    target = target / e.local
-    if e.sha256 is not None and target.is_file() and source is None:
+    target = (Path(dest_dir).expanduser() if dest_dir is not None else cache_dir()) / e.local
+    if target.is_file() and source is None:  # kept: with the pinned hash, or (unpinned) as it is
         digest = sha256_file(target)
-        if digest == e.sha256:
-            return DownloadResult(target, digest, True, False)
+        if e.sha256 is None or digest == e.sha256:
+            return DownloadResult(target, digest, e.sha256 is not None, False)
     created = [p for p in reversed(target.parents) if not p.exists()]
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"--dir {target.parent}: cannot create the directory: {err.strerror or err}") from None
-    h = hashlib.sha256()
-    bar = tmp = None
-    ok = False
     where = source or e.url
+    fetch = _Fetcher(where, progress)
+    logger = pooch.get_logger()
+    level = logger.level
+    logger.setLevel("WARNING")  # pooch says what it fetches on stderr; the CLI says it once, after
+    ok = False
     try:
-        stream, total, where = _open_source(where)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-        bar = _progress(total, e.name, progress)
-        with os.fdopen(fd, "wb") as out, stream:
-            head = b""
-            while block := stream.read(1 << 20):
-                if len(head) < 64:
-                    head += block[:64]
-                h.update(block)
-                out.write(block)
-                if bar:
-                    bar[0].update(bar[1], advance=len(block))
-        digest = h.hexdigest()
-        if head.startswith(b"version https://git-lfs"):
-            raise ConfigError(f"trace {e.name!r}: {where} returned a git-lfs pointer, not the data; "
-                              "nothing was written")
-        if e.sha256 is not None and digest != e.sha256:
-            raise TraceChecksumError(f"trace {e.name!r}: SHA-256 mismatch for {where}: expected {e.sha256}, "
-                                     f"got {digest}; nothing was written")
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp's file is private; the trace is ordinary data
-        os.replace(tmp, target)
+        pooch.retrieve(where, known_hash=f"sha256:{e.sha256}" if e.sha256 else None, fname=target.name,
+                       path=target.parent, downloader=fetch)
         ok = True
-        return DownloadResult(target, digest, e.sha256 is not None, True)
-    except OSError as err:
+        if fetch.sha256 is None:  # pooch found the pinned bytes already there
+            return DownloadResult(target, e.sha256, True, False)
+        return DownloadResult(target, fetch.sha256, e.sha256 is not None, True)
+    except ConfigError as err:
+        raise ConfigError(f"trace {e.name!r}: {err}; nothing was written") from None
+    except ValueError:  # pooch: the bytes do not have the pinned hash (it removed them)
+        raise TraceChecksumError(f"trace {e.name!r}: SHA-256 mismatch for {where}: expected {e.sha256}, "
+                                 f"got {fetch.sha256}; nothing was written") from None
+    except OSError as err:  # requests' errors are OSErrors too
         raise ConfigError(f"trace {e.name!r}: download from {where} failed: {err}; nothing was written") from None
     finally:
-        if bar:
-            bar[0].stop()
+        logger.setLevel(level)
         if not ok:
-            if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
             for p in reversed(created):
                 try:
                     p.rmdir()
                 except OSError:
                     break
-
-
-# ====================================================================== CLI
-def add_cli(subparsers) -> None:
-    """Register ``llmsched-gym traces list | download``."""
-    p = subparsers.add_parser("traces", help="list the known public traces, or download one by name")
-    sub = p.add_subparsers(dest="traces_command", required=True)
-    q = sub.add_parser("list", help="every known public trace: name, format, size, license, source")
-    q.set_defaults(func=cmd_traces_list)
-    q = sub.add_parser("download", help="download a trace into the cache and check its SHA-256")
-    q.add_argument("name", help="a name from `llmsched-gym traces list`")
-    q.add_argument("--dir", help=f"trace directory to write into (default {cache_dir()})")
-    q.add_argument("--from", dest="source", metavar="URL_OR_FILE",
-                   help="fetch from this URL or local file instead (verified the same way)")
-    q.add_argument("--allow-unverified", action="store_true",
-                   help="accept a trace that has no pinned SHA-256 (prints the hash computed)")
-    q.add_argument("--no-progress", action="store_true", help="no progress bar")
-    q.set_defaults(func=cmd_traces_download)
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return "?"
-
-
-def cmd_traces_list(args) -> int:
-    from rich.table import Table
-
-    from .. import tables
-
-    t = Table(title="public traces (llmsched-gym traces download NAME)")
-    for col in ("name", "format", "size", "license", "source", "SHA-256", "here"):
-        t.add_column(col)
-    for e in list_traces():
-        found = locate(e.name)
-        t.add_row(e.name, e.format, _size(e.size), e.license, e.repository,
-                  e.sha256[:12] + "..." if e.sha256 else "not pinned", str(found) if found else "-")
-    console = tables.console()
-    tables.print_table(t, console)
-    console.print("'not pinned': the published bytes could not be hashed when this list was made; "
-                  "download needs --allow-unverified. Descriptions: docs/scenarios.md.")
-    return 0
-
-
-def cmd_traces_download(args) -> int:
-    res = download(args.name, args.dir, source=args.source, allow_unverified=args.allow_unverified,
-                   progress=not args.no_progress)
-    if not res.fetched:
-        print(f"{args.name}: already present and verified at {res.path}")
-    elif res.verified:
-        print(f"{args.name}: downloaded to {res.path} (SHA-256 verified)")
-    else:
-        print(f"{args.name}: downloaded to {res.path}; NOT verified (no pinned hash), SHA-256 {res.sha256}",
-              file=sys.stderr)
-    return 0
 
 
 __all__ = ["TRACES", "TraceEntry", "TraceChecksumError", "DownloadResult", "list_traces", "get_trace",

@@ -1,13 +1,13 @@
 """Train agents over several seeds and evaluate them against the baselines (docs/agents.md).
 
-    python benchmarks/train_agents.py routing  [--seeds 1,2,3,4,5] [--timesteps 30000] [--eval-seeds 100,101,102]
-    python benchmarks/train_agents.py flow_control [...]
-    python benchmarks/train_agents.py routing-residual --eval-seeds 100,101,102,103,104
-    python benchmarks/train_agents.py fc-residual-1s --eval-seeds 100,101,102,103,104   # codegen/chat/reasoning
-    python benchmarks/train_agents.py fc-residual-1s-fresh --eval-seeds 105,106,107,108,109
-    python benchmarks/train_agents.py fc-residual-1s-best --eval-seeds 100,101,102,103,104   # their best/ models
-    python benchmarks/train_agents.py report           # tables + figures from saved results
-    python benchmarks/train_agents.py routing --no-train --ship 1   # + copy seed 1 to agents/pretrained/
+    python benchmarks/studies/train_agents.py routing  [--seeds 1,2,3,4,5] [--timesteps 30000] [--eval-seeds 100,101,102]
+    python benchmarks/studies/train_agents.py flow_control [...]
+    python benchmarks/studies/train_agents.py routing-residual --eval-seeds 100,101,102,103,104
+    python benchmarks/studies/train_agents.py fc-residual-1s --eval-seeds 100,101,102,103,104   # codegen/chat/reasoning
+    python benchmarks/studies/train_agents.py fc-residual-1s-fresh --eval-seeds 105,106,107,108,109
+    python benchmarks/studies/train_agents.py fc-residual-1s-best --eval-seeds 100,101,102,103,104   # their best/ models
+    python benchmarks/studies/train_agents.py report           # tables + figures from saved results
+    python benchmarks/studies/train_agents.py routing --no-train --ship 1   # + copy seed 1 to agents/pretrained/
 
 Methodology (Agarwal et al. 2021, "Deep RL at the edge of the statistical precipice"):
 
@@ -41,9 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.pooling import pool_studies
+from llmsched_gym.errors import ConfigError
 from llmsched_gym.evaluation.stats import iqm, probability_of_improvement, stratified_bootstrap
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "agents"
 FIG = ROOT / "docs" / "figures"
 
@@ -398,27 +400,11 @@ def ship(name: str, seed: int, root: Path, eval_seeds: list[int]) -> Path:
 
 
 def pooled(names: list[str]) -> dict:
-    """Studies of one configuration as one study (the first study's configuration): either
-    the same models on disjoint evaluation seeds (all seeds pooled), or disjoint training
-    seeds on the same evaluation seeds (all models pooled, the baselines' rows once)."""
-    rs = [json.loads((OUT / f"{n}.json").read_text()) for n in names]
-    for r in rs[1:]:
-        if r["config"].get("prefix") != rs[0]["config"].get("prefix") \
-                or r["config"].get("model") != rs[0]["config"].get("model"):
-            raise SystemExit(f"--pool: {r['study']} evaluated other models than {rs[0]['study']}")
-    train = [s for r in rs for s in r["train_seeds"]]
-    seeds = [s for r in rs for s in r["eval_seeds"]]
-    if all(r["train_seeds"] == rs[0]["train_seeds"] for r in rs):
-        if len(set(seeds)) != len(seeds):
-            raise SystemExit(f"--pool: the studies share evaluation seeds ({seeds})")
-        return {**rs[0], "study": "+".join(names), "eval_seeds": seeds, "rows": [row for r in rs for row in r["rows"]]}
-    if not all(r["eval_seeds"] == rs[0]["eval_seeds"] for r in rs) or len(set(train)) != len(train):
-        raise SystemExit("--pool: the studies must share their training seeds (pooling evaluation seeds) or their "
-                         f"evaluation seeds (pooling disjoint training seeds); got training seeds {train}, "
-                         f"evaluation seeds {seeds}")
-    agents = [row for r in rs for row in r["rows"] if row["policy"].startswith("agent-s")]
-    base = [row for row in rs[0]["rows"] if not row["policy"].startswith("agent-s")]
-    return {**rs[0], "study": "+".join(names), "train_seeds": train, "rows": base + agents}
+    """The saved studies ``names`` (in ``OUT``) as one study (:func:`agents.pooling.pool_studies`)."""
+    try:
+        return pool_studies([json.loads((OUT / f"{n}.json").read_text()) for n in names])
+    except ConfigError as e:
+        raise SystemExit(f"--pool: {e}") from None
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,6 @@
 """A Gateway-v0 agent against baseline combinations (docs/agents.md, "Gateway-v0").
 
-    python benchmarks/gateway_agent.py --scenario codegen --paper-qps 16 --agent runs/gw-codegen \\
+    python benchmarks/studies/gateway_agent.py --scenario codegen --paper-qps 16 --agent runs/gw-codegen \\
         [--baselines 'lmetric+flow_control=none+always-admit;...'] [--seeds 100-104] [--json out.json]
 
 Without ``--baselines``, codegen and chat use the combinations of docs/agents.md's tables

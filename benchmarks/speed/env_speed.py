@@ -1,6 +1,6 @@
 """Environment steps per second and peak memory: single env against native vector envs.
 
-    python benchmarks/env_speed.py [--configs codegen,chatbot,chatbot-lmetric,chatbot-overload]
+    python benchmarks/speed/env_speed.py [--configs codegen,chatbot,chatbot-lmetric,chatbot-overload]
                                    [--sizes 16,64,256] [--episodes 2] [--seconds 3] [--sync]
                                    [--env routing|flow_control|admission] [--profile CONFIG]
 

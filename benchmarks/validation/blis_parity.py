@@ -15,8 +15,8 @@ the last token, like the column it is compared with.
 
 Usage::
 
-    python benchmarks/blis_parity.py                 # print the tables
-    python benchmarks/blis_parity.py --write-docs    # also write docs/validation.md
+    python benchmarks/validation/blis_parity.py                 # print the tables
+    python benchmarks/validation/blis_parity.py --write-docs    # also write docs/validation.md
 """
 
 from __future__ import annotations
@@ -27,18 +27,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
+from llmsched_gym.evaluation.blis import PERCENTILES, compare, first_divergences, replay
 
-from llmsched_gym.engine import EngineConfig
-from llmsched_gym.simulator import ClusterConfig, GatewayConfig, Simulator
-from llmsched_gym.workloads.traces import load_blis_trace
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TRACE_DIR = REPO.parent / "shared" / "traces" / "blis"
 DOCS = REPO / "docs" / "validation.md"
 KEEP_MARK = "<!-- sections below are kept when this file is regenerated -->"
 BLIS_WALL_S = 10.0  # traces/SOURCES.md: about 10 s per run on a 2-core machine
-PERCENTILES = (50, 90, 99)
 
 
 @dataclass
@@ -60,70 +55,6 @@ VARIANTS = [
     Variant("blis-roofline", ROOFLINE, "blis-roofline", {}),
     Variant("blis-roofline, integer_us", ROOFLINE, "blis-roofline", {"integer_us": True}),
 ]
-
-
-def blis_cluster(latency_model: str, latency_params: dict | None = None, instances: int = 4) -> ClusterConfig:
-    """The cluster of BLIS's reference runs: Qwen3-14B on H100, TP1, BLIS engine defaults."""
-    return ClusterConfig(instances=instances, hardware="H100", model="qwen3-14b", tp=1,
-                         latency_model=latency_model, latency_params=dict(latency_params or {}),
-                         gpu_memory_utilization=0.9, engine=EngineConfig.blis(), scrape_interval_s=0.0)
-
-
-def causal_prefix(arrival_us: np.ndarray, finish_us: np.ndarray, n: int) -> int:
-    """How many requests must be simulated for the first ``n`` to see exactly what they saw
-    in BLIS: every request that arrives before the last of them finishes. A later request
-    cannot touch them, but one that arrives while they run joins their batches and slows
-    their steps, so a bare prefix of n requests would be too fast."""
-    end = np.nanmax(finish_us[:n])
-    return int(np.searchsorted(arrival_us, end, side="right"))
-
-
-def replay(trace_path: Path, latency_model: str, latency_params: dict | None = None, limit: int | None = None):
-    """Run the BLIS file's requests with BLIS's configuration.
-
-    ``limit`` = n compares only the first n requests, simulating those plus every later
-    request that arrives before the last of them finishes in BLIS (:func:`causal_prefix`).
-    Returns (sim, ours, blis): ``ours`` and ``blis`` map "ttft" and "e2e" to per-request
-    arrays in ms for the compared requests, in request order, "e2e" being the time of the
-    last token (see the module doc).
-    """
-    tr = load_blis_trace(trace_path)
-    w = tr.workload
-    n = len(w) if limit is None else min(limit, len(w))
-    m = causal_prefix(w.arrival_s * 1e6, tr.finish_us, n) if n < len(w) else n
-    if m < len(w):
-        w = w.subset(np.arange(m))
-    sim = Simulator(w, blis_cluster(latency_model, latency_params),
-                    GatewayConfig(router="round-robin", flow_control=None)).run()
-    T = sim.table
-    a1_s = float(getattr(sim.latency, "a1", 0.0)) * 1e-6  # BLIS's trace columns leave it out
-    arrival_ms = w.arrival_s[:n] * 1e3
-    finish = T.finish_t[:n] - np.where(T.output[:n] > 0, a1_s, 0.0)
-    ours = {"ttft": T.first_token_t[:n] * 1e3 - arrival_ms, "e2e": finish * 1e3 - arrival_ms}
-    blis = {"ttft": tr.first_token_us[:n] / 1e3 - arrival_ms,
-            "e2e": tr.finish_us[:n] / 1e3 - arrival_ms}
-    return sim, ours, blis
-
-
-def compare(ours: dict, blis: dict) -> dict:
-    """Distribution and per-request comparison of two runs (times in ms)."""
-    out = {}
-    for k in ("ttft", "e2e"):
-        a, b = ours[k], blis[k]
-        stats = {"mean": (a.mean(), b.mean())}
-        for q in PERCENTILES:
-            stats[f"p{q}"] = (np.percentile(a, q), np.percentile(b, q))
-        out[k] = {s: (x, y, (x - y) / y) for s, (x, y) in stats.items()}
-        err = np.abs(a - b)
-        out[k]["median_rel_err"] = float(np.median(err / b))
-        out[k]["exact_1us"] = float(np.mean(err <= 1e-3 + 1e-9))  # within one microsecond
-        out[k]["max_abs_ms"] = float(err.max())
-    return out
-
-
-def first_divergences(ours: dict, blis: dict, k: int = 5, tol_ms: float = 1e-3) -> list[int]:
-    d = np.abs(ours["ttft"] - blis["ttft"]) + np.abs(ours["e2e"] - blis["e2e"])
-    return np.flatnonzero(d > tol_ms)[:k].tolist()
 
 
 def _fmt(x: float) -> str:
@@ -175,7 +106,7 @@ def step_facts() -> str:
 
 DOC_HEAD = """# Validation: side-by-side parity with BLIS
 
-Generated by `python benchmarks/blis_parity.py --write-docs` (issue 7). The 5,000 requests
+Generated by `python benchmarks/validation/blis_parity.py --write-docs` (issue 7). The 5,000 requests
 of BLIS's reference runs (traces/SOURCES.md, "BLIS reference runs": constant arrivals
 every 16,666 us = 60 req/s, input 513 +- 249, output 512 +- 252 tokens) are replayed
 with BLIS's configuration: 4 x Qwen3-14B on one H100 each (TP1), round-robin routing, no

@@ -1,7 +1,7 @@
 """Bridge to stable-baselines3: a gymnasium ``VectorEnv`` as an SB3 ``VecEnv``.
 
 >>> import gymnasium as gym, llmsched_gym
->>> from llmsched_gym.sb3 import to_sb3_vec_env
+>>> from agents.sb3 import to_sb3_vec_env
 >>> venv = to_sb3_vec_env(gym.make_vec("llmsched/Routing-v0", num_envs=8, scenario="codegen", qps=10))
 >>> from stable_baselines3 import PPO
 >>> PPO("MultiInputPolicy", venv, n_steps=64).learn(1024)   # doctest: +SKIP
@@ -33,7 +33,7 @@ from gymnasium.vector import AutoresetMode
 try:
     from stable_baselines3.common.vec_env import VecEnv
 except ImportError as e:  # pragma: no cover
-    raise ImportError('llmsched_gym.sb3 needs the [rl] extra (stable-baselines3): pip install -e ".[rl]"') from e
+    raise ImportError('agents.sb3 needs the [rl] extra (stable-baselines3): pip install -e ".[rl]"') from e
 
 
 class Sb3VecEnv(VecEnv):

@@ -1,6 +1,6 @@
 """What a residual FlowControl agent does: the ramp and period scale it sets (docs/agents.md).
 
-    python benchmarks/fc_agent_actions.py [--agent agents/pretrained/fc-residual] [--seed 100] [--paper-qps 16]
+    python benchmarks/studies/fc_agent_actions.py [--agent agents/pretrained/fc-residual] [--seed 100] [--paper-qps 16]
 
 Runs the agent (``fc=agent:PATH``, llm-d routing) on one codegen episode and summarizes the
 parameters it applied at each decision (``AgentSoftReflective.history``): their median and

@@ -9,9 +9,9 @@ queues grow on at least one seed). Besides the built-in scenarios it checks ``lo
 long-prompt workload that the earlier capacity rule overestimated (lognormal input mean
 14k tokens, output ~150, gamma arrivals CV 1.5, 8 x H20, Qwen3-30B-A3B, roofline, jsq).
 
-    python benchmarks/load_check.py                       # every built-in + longprompt (long)
-    python benchmarks/load_check.py codegen longprompt    # only these
-    python benchmarks/load_check.py --markdown out.md     # also write the table
+    python benchmarks/validation/load_check.py                       # every built-in + longprompt (long)
+    python benchmarks/validation/load_check.py codegen longprompt    # only these
+    python benchmarks/validation/load_check.py --markdown out.md     # also write the table
 
 Run it under ``nice``: one scenario at a time, each measuring its capacity first unless
 the package ships it.
@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from llmsched_gym.capacity import SEEDS, capacity_record, steady_state  # noqa: E402

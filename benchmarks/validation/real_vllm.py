@@ -9,7 +9,7 @@ Per run and metric, the absolute percentage error (APE) of:
   BLIS         BLIS's own prediction for the run, as its authors published it (in-sample for BLIS),
 then the median and mean APE (MAPE) of each metric over the runs.
 
-    PYTHONPATH=. python benchmarks/real_vllm.py [--runs ../shared/real_vllm/runs.json] [--json out.json]
+    PYTHONPATH=. python benchmarks/validation/real_vllm.py [--runs ../shared/real_vllm/runs.json] [--json out.json]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 
 from llmsched_gym.calibration import FIT_PARAMS, ape, calibrate, load_runs, simulate_run, start_params
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: BLIS's names of its whole-run predictions.
 BLIS_KEYS = {"ttft_mean": "ttft_mean_ms", "ttft_p90": "ttft_p90_ms", "ttft_p99": "ttft_p99_ms",
              "e2e_mean": "e2e_mean_ms", "e2e_p90": "e2e_p90_ms", "e2e_p99": "e2e_p99_ms"}

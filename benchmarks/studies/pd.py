@@ -1,7 +1,7 @@
 """Prefill/decode disaggregation against aggregated serving (docs/results.md,
 "Prefill/decode disaggregation").
 
-    python benchmarks/pd.py [--scenario pd-longprompt] [--qps 2,8] [--seeds 3] [--router llm-d]
+    python benchmarks/studies/pd.py [--scenario pd-longprompt] [--qps 2,8] [--seeds 3] [--router llm-d]
                             [--policies 'pd-aggregated;pd-always;pd-llmd:threshold=4000;pd-dynamo']
 
 Runs each P/D decision on the scenario's cluster (pd-longprompt: 2 prefill + 2 decode x

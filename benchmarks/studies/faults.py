@@ -1,7 +1,7 @@
 """Routers and flow-control policies under faults inside the cluster (docs/results.md,
 "Faults inside the cluster").
 
-    python benchmarks/faults.py [--seeds 2] [--duration 60] [--workers 2]
+    python benchmarks/studies/faults.py [--seeds 2] [--duration 60] [--workers 2]
 
 On ``chatbot`` (load 0.5) and ``codegen`` (paper_qps 16), each router family with no gateway
 queue (round-robin, jsq, llm-d, lmetric), each flow-control policy with the scenario's router

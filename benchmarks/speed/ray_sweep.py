@@ -1,9 +1,9 @@
 """A sweep of N cells on the local process pool and on Ray, same workers: wall times and
 identical results (issue 13; docs/architecture.md, "Backends").
 
-    python benchmarks/ray_sweep.py                      # 32 cells, 2 workers
-    python benchmarks/ray_sweep.py --cells 64 --workers 4
-    python benchmarks/ray_sweep.py --ray-address auto   # Ray: a running cluster instead of a local instance
+    python benchmarks/speed/ray_sweep.py                      # 32 cells, 2 workers
+    python benchmarks/speed/ray_sweep.py --cells 64 --workers 4
+    python benchmarks/speed/ray_sweep.py --ray-address auto   # Ray: a running cluster instead of a local instance
 
 The cells are ``codegen`` at 10 req/s over a ``--duration`` window, two flow-control
 policies, ``cells / 2`` paired seeds. Both runs use :func:`llmsched_gym.evaluate`; the
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from llmsched_gym import evaluate  # noqa: E402

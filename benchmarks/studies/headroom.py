@@ -16,8 +16,8 @@ the row's metric, the changes of ``mpc`` and ``oracle`` against the best heurist
 95% bootstrap intervals, and the planner's decisions per second. A JSON record per row goes
 to ``--out``.
 
-    python benchmarks/headroom.py                                 # every row, seeds 100-102
-    python benchmarks/headroom.py --rows flow-codegen16 --seeds 100,101 --horizon 60
+    python benchmarks/studies/headroom.py                                 # every row, seeds 100-102
+    python benchmarks/studies/headroom.py --rows flow-codegen16 --seeds 100,101 --horizon 60
 """
 
 from __future__ import annotations

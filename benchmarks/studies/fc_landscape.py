@@ -1,6 +1,6 @@
 """What the FlowControl reward asks for: constant soft-reflective parameters at codegen 16 (docs/agents.md).
 
-    python benchmarks/fc_landscape.py [--seeds 100,101,102,103,104] [--weights 30,60,100,150,200] [--duration 60]
+    python benchmarks/studies/fc_landscape.py [--seeds 100,101,102,103,104] [--weights 30,60,100,150,200] [--duration 60]
 
 Runs the compiled ``soft-reflective-ceiling:ramp=R,period_scale=P`` over a grid of constant
 (ramp, period scale), the parameters the residual FlowControl agent adjusts, on the full

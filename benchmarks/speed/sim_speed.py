@@ -19,8 +19,8 @@ speed-up is a ratio measured side by side; per-request first-token and finish ti
 checked to be identical (the compiled engine runs the previous release's eviction order,
 ``cached-last``, for this; the default ``vllm`` order costs the same). Machines here are shared and noisy: compare ratios.
 
-    python benchmarks/sim_speed.py [--cases fixed5000,ref5000,ref50k,mooncake1500] [--repeat 3]
-    python benchmarks/sim_speed.py --jit
+    python benchmarks/speed/sim_speed.py [--cases fixed5000,ref5000,ref50k,mooncake1500] [--repeat 3]
+    python benchmarks/speed/sim_speed.py --jit
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BASELINE_REV = "e30b430"  # the last release of the one-loop-per-cluster Python engine
 CASES = ("fixed5000", "ref5000", "ref50k", "mooncake1500")
 

@@ -1,6 +1,6 @@
 """Generalization of the Routing agents to loads and scenarios not seen in training.
 
-    python benchmarks/agents_generalization.py     # -> results/agents/generalization.json + a table
+    python benchmarks/studies/agents_generalization.py     # -> results/agents/generalization.json + a table
 
 * the 5 chatbot-trained agents (load 0.5) on chatbot at loads 0.3 and 0.7;
 * the curriculum agent (``--scenario chatbot,agent --load 0.3:0.7:3``, results/agents/routing-mix-s1)

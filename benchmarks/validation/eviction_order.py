@@ -8,7 +8,7 @@ This reruns every golden simulator run under both orders and reports, per run wh
 results move: requests with a different first-token time, the token-weighted prefix-hit
 ratio and TTFT p99 under each order.
 
-    python benchmarks/eviction_order.py
+    python benchmarks/validation/eviction_order.py
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from golden.golden_io import cluster_from, gateway_from, load, workload_from  # noqa: E402

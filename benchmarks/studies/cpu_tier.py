@@ -1,6 +1,6 @@
 """The CPU KV tier on the Mooncake conversation trace (docs/results.md, "CPU KV tier").
 
-    python benchmarks/cpu_tier.py [--scenario mooncake-conversation] [--sizes 0,16,64,256,1024]
+    python benchmarks/studies/cpu_tier.py [--scenario mooncake-conversation] [--sizes 0,16,64,256,1024]
                                   [--shared-sizes 64,256] [--router llm-d] [--seed 0]
 
 Replays the trace at its own rate on the scenario's cluster (4 x H100, Qwen3-14B) once

@@ -1,6 +1,6 @@
 """Engine state bytes per cluster for every built-in scenario (the table in docs/performance.md).
 
-    python benchmarks/cluster_memory.py [--scenarios chatbot,codegen,...] [--overload 4]
+    python benchmarks/speed/cluster_memory.py [--scenarios chatbot,codegen,...] [--overload 4]
 
 Per scenario: the bytes a vector environment's slot takes (``EngineState`` arrays with
 the vector env's slack, seed 0), split into prefix-cache tables (``ent``), prefix units

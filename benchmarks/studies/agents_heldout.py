@@ -1,6 +1,6 @@
 """The shipped agents on held-out scenarios written for this test, and on an unseen instance count.
 
-    python benchmarks/agents_heldout.py [--routing-agent agents/pretrained/routing-chatbot]
+    python benchmarks/studies/agents_heldout.py [--routing-agent agents/pretrained/routing-chatbot]
                                         [--fc-agent agents/pretrained/fc-codegen] [--seeds 100,101,102]
 
 The scenarios below are defined here only: no training run, built-in scenario or test
@@ -45,7 +45,7 @@ from llmsched_gym.scenarios import Scenario, make_scenario
 from llmsched_gym.simulator import ClusterConfig, GatewayConfig
 from llmsched_gym.workloads.synthetic import ArrivalSpec, ClassSpec, LengthSpec, PrefixSpec, WorkloadSpec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def routing_scenarios() -> list:

@@ -1,7 +1,7 @@
 """llm-d's demand-driven in-flight eviction at the flow-control points (docs/results.md,
 "Demand-driven eviction").
 
-    python benchmarks/eviction.py [--points 'reasoning:0.2,reasoning:0.7,codegen:16,chat:60'] [--seeds 3]
+    python benchmarks/studies/eviction.py [--points 'reasoning:0.2,reasoning:0.7,codegen:16,chat:60'] [--seeds 3]
 
 Runs the static usage limit (threshold 1.0) and the soft-reflective ceiling at each
 ``scenario:paper_qps`` point, each with eviction off and on (``GatewayConfig.eviction``,

@@ -1,32 +1,51 @@
-"""Command line: ``llmsched-gym run | scenarios | policies | compare | tune | train | calibrate``.
-
-Bad input (unknown names, negative values, unreadable files) prints one clear line and
-exits with code 2 before any simulation starts.
-"""
+"""``llmsched-gym run | scenarios | policies``: one scenario or trace simulated with one
+policy combination (a table per seed, ``--json``), the scenarios and the policies listed."""
 
 from __future__ import annotations
 
-import argparse
+import inspect
 import json
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
+from rich.table import Table
 
+from ..capacity import describe as describe_capacity
+from ..engine import EngineConfig
+from ..errors import ConfigError, OutputError
+from ..evaluation import metrics
+from ..gateway.policy import list_policies, make_policy
+from ..gateway.saturation import STALENESS_POLICIES
+from ..scenarios import (
+    POLICY_OVERRIDES,
+    Scenario,
+    ScenarioOverrides,
+    TraceSource,
+    list_scenarios,
+    make_scenario,
+)
+from ..simulator import ClusterConfig, GatewayConfig
+from ..validation import (
+    atomic_write_text,
+    check_output_file,
+    fallback_dir,
+    signature_params,
+    split_range,
+)
+from ..workloads.trace_registry import TRACES, locate
+from ..workloads.traces import TRACE_FORMATS
+from ..workloads.workload import class_name
 from . import tables
-from .errors import ConfigError, PolicyError, one_line
-from .flags import FLAG_RULES, add_force_arg, check_flags, policy_overrides
-
-EXIT_BAD_INPUT = 2
+from .epp import add_to_epp_config_args, cmd_to_epp_config
+from .flags import add_force_arg, check_flags, policy_overrides
 
 
 # ====================================================================== run
-def _add_scenario_args(p: argparse.ArgumentParser) -> None:
+def _add_scenario_args(p) -> None:
+    """The workload source, cluster and gateway flags of ``run``; each flag's ``dest`` is the
+    scenario keyword it sets (:data:`~llmsched_gym.scenarios.ScenarioOverrides`)."""
     src = p.add_argument_group("workload source (a scenario or a trace)")
     src.add_argument("--scenario", help="registered scenario name or a YAML file (see `llmsched-gym scenarios`)")
-    from .workloads.traces import TRACE_FORMATS
-
     src.add_argument("--trace", help="trace file to replay instead of a scenario, or a name from `llmsched-gym traces list`")
     src.add_argument("--trace-format", choices=list(TRACE_FORMATS),
                      help="trace file format (default: the named trace's, else mooncake)")
@@ -53,8 +72,9 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
                     help="P/D disaggregation: the first N instances are the prefill pool (0: all aggregated)")
     cl.add_argument("--kv-link", help="P/D KV transfer link: nvlink, rdma, infiniband, ethernet, tcp")
     cl.add_argument("--kv-link-gbps", type=float, help="P/D KV link bandwidth per GPU, GB/s (default: the preset's)")
-    cl.add_argument("--kv-link-latency", type=float, help="P/D KV link seconds per transfer (default: the preset's)")
-    cl.add_argument("--horizon", type=float, help="stop after this many simulated seconds")
+    cl.add_argument("--kv-link-latency", dest="kv_link_latency_s", type=float, metavar="SECONDS",
+                    help="P/D KV link seconds per transfer (default: the preset's)")
+    cl.add_argument("--horizon", dest="horizon_s", type=float, metavar="SECONDS", help="stop after this many simulated seconds")
     gw = p.add_argument_group("gateway policies (see `llmsched-gym policies`)")
     gw.add_argument("--router", help="routing policy, e.g. lmetric or 'llm-d:prefix_weight=2'")
     gw.add_argument("--flow-control", help="usage-limit policy, or 'none' to dispatch on arrival")
@@ -62,7 +82,7 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
     gw.add_argument("--pd", help="P/D decision on a cluster with a prefill pool, e.g. 'pd-llmd:threshold=512'")
     gw.add_argument("--eviction", action="store_true", default=None,
                     help="llm-d's demand-driven in-flight eviction of sheddable requests (needs flow control)")
-    gw.add_argument("--staleness-policy", choices=("saturated", "ignore"),
+    gw.add_argument("--staleness-policy", choices=STALENESS_POLICIES,
                     help="the saturation detector's stalenessPolicy: a stale endpoint scores 1.0 (saturated, "
                          "llm-d's default) or leaves the average (ignore)")
     gw.add_argument("--faults", metavar="FILE", help="a YAML file of faults inside the cluster: crashes, "
@@ -71,6 +91,7 @@ def _add_scenario_args(p: argparse.ArgumentParser) -> None:
 
 
 def _kv_blocks(value):
+    """``--kv-blocks``'s text as a KV capacity: a count or ``unlimited``."""
     if value is None or value == "unlimited":
         return value
     try:
@@ -88,11 +109,7 @@ TRACE_ONLY_FLAGS = ("--trace-format", "--time-scale", "--limit", "--critical-sha
 
 def check_scenario_flags(args) -> None:
     """The workload-source flags of ``run``: values, and only those that apply to the source."""
-    from .validation import check_name
-
-    check_flags(args, [f for f in FLAG_RULES if f not in ("--duration", "--workers")])
-    for flag in ("--scenario", "--trace", "--hardware", "--model", "--latency-model"):
-        check_name(flag, getattr(args, flag.lstrip("-").replace("-", "_"), None), none_ok=True)
+    check_flags(args)
     if args.scenario and args.trace:
         raise ConfigError("give either --scenario or --trace, not both")
     if not args.trace:
@@ -105,37 +122,17 @@ def check_scenario_flags(args) -> None:
         raise ConfigError(f"--limit={args.limit} does not apply to --trace-format blis (BLIS files are replayed whole)")
 
 
-def _faults(path):
-    """``--faults FILE`` read and checked (errors name the flag; None: not given)."""
-    from .faults import FaultSchedule
-
-    return None if path is None else FaultSchedule.from_value(path, "--faults")
-
-
-def scenario_from_args(args) -> "object":
-    """The Scenario an invocation describes (a registered/YAML scenario or a trace)."""
-    from .engine import EngineConfig
-    from .scenarios import Scenario, TraceSource, make_scenario
-    from .simulator import ClusterConfig, GatewayConfig
-
-    overrides = {k: v for k, v in {
-        "qps": args.qps, "load": args.load, "paper_qps": args.paper_qps, "instances": args.instances,
-        "hardware": args.hardware, "model": args.model, "latency_model": args.latency_model,
-        "kv_blocks": _kv_blocks(args.kv_blocks), "horizon_s": args.horizon,
-        "cpu_kv_gb": args.cpu_kv_gb, "cpu_link_gbps": args.cpu_link_gbps, "cpu_kv_shared": args.cpu_kv_shared,
-        "prefill_instances": args.prefill_instances, "kv_link": args.kv_link, "kv_link_gbps": args.kv_link_gbps,
-        "kv_link_latency_s": args.kv_link_latency, "eviction": getattr(args, "eviction", None),
-        "faults": _faults(args.faults), "staleness_policy": args.staleness_policy,
-    }.items() if v is not None}
+def scenario_from_args(args) -> Scenario:
+    """The Scenario an invocation describes (a registered/YAML scenario or a trace): every
+    flag whose ``dest`` is a scenario keyword is one."""
+    overrides = {k: getattr(args, k) for k in ScenarioOverrides.model_fields
+                 if k not in POLICY_OVERRIDES and getattr(args, k, None) is not None}
+    if "kv_blocks" in overrides:
+        overrides["kv_blocks"] = _kv_blocks(overrides["kv_blocks"])
     check_scenario_flags(args)
     if args.trace:
         path, fmt = Path(args.trace), args.trace_format
-        if not path.is_file():
-            from .workloads.trace_registry import (  # a trace by name (`llmsched-gym traces list`)
-                TRACES,
-                locate,
-            )
-
+        if not path.is_file():  # a trace by name (`llmsched-gym traces list`)
             found = locate(args.trace)
             if found is None:
                 hint = f"; download it with `llmsched-gym traces download {args.trace}`" if args.trace in TRACES else ""
@@ -163,19 +160,15 @@ def scenario_from_args(args) -> "object":
 
 
 def _validate_policies(overrides: dict) -> None:
-    from .gateway.policy import make_policy
-
+    """Each policy flag names a policy of its role."""
     for key, role in (("router", "routing"), ("admission", "admission"), ("flow_control", "usage-limit"), ("pd", "pd")):
         if overrides.get(key) is not None:
             make_policy(overrides[key], role)
 
 
 def cmd_run(args) -> int:
-    from .evaluation.metrics import run_windows, summarize, summarize_windows
-    from .validation import check_number, check_output_file
-
-    check_flags(args, ["--seed", "--seeds"])
-    check_number("--window", args.window, gt=0, none_ok=True)
+    """``llmsched-gym run``."""
+    check_flags(args)
     if args.json is not None:
         check_output_file("--json", args.json, force=args.force)  # before the run: a bad path must not cost the results
     sc = scenario_from_args(args)
@@ -188,7 +181,7 @@ def cmd_run(args) -> int:
         sim = sc.simulator(seed, **pol)
         sc.check_horizon(sim.workload, None if np.isinf(sim.horizon) else sim.horizon)
         sim.run()
-        s = summarize(sim)
+        s = metrics.summarize(sim)
         s.update({"scenario": sc.name, "seed": seed, "qps": qps, "rate": sc.rate_setting(),
                   "router": sim.router.name, "admission": sim.admission.name,
                   "flow_control": sim.flow.name if sim.flow else None})
@@ -198,11 +191,11 @@ def cmd_run(args) -> int:
         s["policy_specs"] = {k: _spec(pol.get(k, getattr(sc.gateway, k)), s.get(k))
                              for k in ("router", "flow_control", "admission", "pd") if k in s}
         prof = sc.profile.scaled(qps / sc.base_rate()) if sc.profile is not None else None  # as run (--qps)
-        wins, names = run_windows(sim, prof, args.window)  # an inference-perf run's stages, or --window
+        wins, names = metrics.run_windows(sim, prof, args.window)  # an inference-perf run's stages, or --window
         if wins:
-            s["windows"] = summarize_windows(sim, wins, names)
+            s["windows"] = metrics.summarize_windows(sim, wins, names)
         results.append(s)
-        _print_summary(s)
+        print_summary(s)
     if args.json is not None:
         write_results(args.json, json.dumps(results, indent=2, default=float), "--json")
         print(f"wrote {args.json}")
@@ -217,9 +210,6 @@ def _spec(given, name):
 def write_results(path, text: str, flag: str) -> None:
     """Write ``text`` to ``path`` atomically; if that fails, save it in a fresh temporary
     directory and raise an OutputError naming both (a finished run is never lost)."""
-    from .errors import OutputError
-    from .validation import atomic_write_text, fallback_dir
-
     try:
         atomic_write_text(path, text)
     except OutputError as e:
@@ -231,9 +221,8 @@ def _fmt(v, scale=1.0, digits=3):
     return "-" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v * scale:.{digits}f}"
 
 
-def _print_summary(s: dict) -> None:
-    from rich.table import Table
-
+def print_summary(s: dict) -> None:
+    """One run's summary as terminal tables (per class; per stage or window if any)."""
     rate = f"{s['qps']:.3g} req/s" if s["qps"] is not None else "its own timestamps"
     if s.get("rate") and not s["rate"].startswith("qps="):  # --paper-qps 16: say so, and what it means
         rate = f"{s['rate'].replace('_', '-')} ({rate})"
@@ -277,9 +266,8 @@ def _print_summary(s: dict) -> None:
 
 # ====================================================================== listings
 def cmd_scenarios(args) -> int:
-    from .scenarios import list_scenarios, make_scenario
-
-    check_flags(args, ["--seed"])
+    """``llmsched-gym scenarios [--describe NAME]``."""
+    check_flags(args)
     if args.describe is not None:
         return _describe(make_scenario(args.describe), args.seed)
     for name in list_scenarios():
@@ -288,8 +276,6 @@ def cmd_scenarios(args) -> int:
 
 
 def _describe(sc, seed: int) -> int:
-    from .workloads.workload import class_name
-
     qps = sc.target_qps()
     w = sc.build_workload(seed)
     c = sc.cluster
@@ -300,8 +286,6 @@ def _describe(sc, seed: int) -> int:
           f"admission={sc.gateway.admission}")
     setting = {k: getattr(sc, k) for k in ("qps", "load", "paper_qps") if getattr(sc, k) is not None} or sc.default_rate
     print(f"  rate: {qps:.3f} req/s ({setting or 'workload base rate'}); published capacity: {sc.published_capacity_qps}")
-    from .capacity import describe as describe_capacity
-
     for line in describe_capacity(sc):  # the capacity `load` refers to, and how it was found
         print("  " + line)
     gaps = np.diff(w.arrival_s)
@@ -319,19 +303,16 @@ def _describe(sc, seed: int) -> int:
 
 def _param_text(name: str, tp, default) -> str:
     """``lam=0.6 in [0, 1]``: a policy parameter's default and declared range."""
-    from .validation import split_range
-
     value = f"{default:.4g}" if isinstance(default, float) else str(default)
     rng = split_range(tp)[1]
     return f"{name}={value}" + (f" {rng}" if rng else "")
 
 
 def cmd_policies(args) -> int:
-    import inspect
-
-    from .gateway.policy import list_policies
-    from .validation import signature_params
-
+    """``llmsched-gym policies``: every registered policy by role, with its parameters; or
+    ``--to-epp-config SPEC``."""
+    if args.to_epp_config is not None:
+        return cmd_to_epp_config(args)
     for role in ("routing", "usage-limit", "admission", "scaling", "pd", "gateway"):
         print(f"{role}:")
         for name, factory in list_policies(role).items():
@@ -341,19 +322,9 @@ def cmd_policies(args) -> int:
     return 0
 
 
-# ====================================================================== main
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (exit code 2, no usage block)."""
-
-    def error(self, message):
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="llmsched-gym", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("run", help="simulate one scenario or trace with one policy combination")
+def add_cli(subparsers) -> None:
+    """Register ``llmsched-gym run``, ``scenarios`` and ``policies``."""
+    p = subparsers.add_parser("run", help="simulate one scenario or trace with one policy combination")
     _add_scenario_args(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, default=1, help="run seeds seed..seed+N-1")
@@ -364,43 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "scenario is reported per stage anyway)")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("scenarios", help="list scenarios, or --describe NAME")
+    p = subparsers.add_parser("scenarios", help="list scenarios, or --describe NAME")
     p.add_argument("--describe", metavar="NAME", help="print the statistics of one scenario's workload")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_scenarios)
 
-    p = sub.add_parser("policies", help="list admission, flow-control and routing policies")
+    p = subparsers.add_parser("policies", help="list admission, flow-control and routing policies")
+    add_to_epp_config_args(p)
     p.set_defaults(func=cmd_policies)
-
-    from importlib import import_module
-    from importlib.metadata import entry_points
-
-    # Subcommands of other modules and packages (``train`` comes from agents/cli.py).
-    plugins = [ep.value for ep in entry_points(group="llmsched_gym.commands")] or ["agents.cli"]
-    for module in ["llmsched_gym.evaluation.harness", "llmsched_gym.evaluation.tune", "llmsched_gym.gateway.epp",
-                   "llmsched_gym.workloads.trace_registry", "llmsched_gym.calibration", *plugins]:
-        import_module(module).add_cli(sub)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (ConfigError, PolicyError) as e:
-        print(f"llmsched-gym {args.command}: error: {one_line(str(e))}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except OSError as e:  # a path the system refuses (too long, not a file): named, as any bad input
-        print(f"llmsched-gym {args.command}: error: {one_line(f'{e.filename}: {e.strerror or e}')}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # output piped into `head` and the like
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

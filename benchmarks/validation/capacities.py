@@ -6,10 +6,10 @@ capacity"). Built-in scenarios read it from this table, so a fresh machine's fir
 fingerprint, and ``tests/test_scenarios.py`` checks that every entry still matches its
 scenario (change a built-in scenario or the method, and this script must be rerun).
 
-    python benchmarks/capacities.py                  # every built-in scenario (long: tens of minutes)
-    python benchmarks/capacities.py codegen chatbot  # only these; other entries are kept
-    python benchmarks/capacities.py --check          # exit 1 if an entry is stale or missing
-    python benchmarks/capacities.py --backend ray --ray-address auto  # one task per scenario on a Ray cluster
+    python benchmarks/validation/capacities.py                  # every built-in scenario (long: tens of minutes)
+    python benchmarks/validation/capacities.py codegen chatbot  # only these; other entries are kept
+    python benchmarks/validation/capacities.py --check          # exit 1 if an entry is stale or missing
+    python benchmarks/validation/capacities.py --backend ray --ray-address auto  # one task per scenario on a Ray cluster
 
 One scenario's measurement is a sequential search (each probe's rate depends on the
 previous verdicts), so it is one task; scenarios are independent tasks of the backend:
@@ -26,12 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from llmsched_gym import capacity as C  # noqa: E402
+from llmsched_gym.cli.flags import add_backend_args, backend_from_args  # noqa: E402
 from llmsched_gym.errors import ConfigError  # noqa: E402
-from llmsched_gym.flags import add_backend_args, backend_from_args  # noqa: E402
 from llmsched_gym.scenarios import list_scenarios, make_scenario  # noqa: E402
 
 
@@ -61,7 +61,7 @@ def write_table(entries: dict) -> None:
     lines = [f"  {json.dumps(name)}: {json.dumps(rec, sort_keys=True)}" for name, rec in sorted(entries.items())]
     text = ("{\n" f' "method": {json.dumps(C.METHOD)},\n'
             ' "note": "Capacities of the built-in scenarios (docs/scenarios.md, Rates and capacity); '
-            'regenerate with python benchmarks/capacities.py",\n'
+            'regenerate with python benchmarks/validation/capacities.py",\n'
             ' "scenarios": {\n' + ",\n".join(lines) + "\n }\n}\n")
     json.loads(text)  # well formed
     tmp = C.SHIPPED_TABLE.with_suffix(".tmp")

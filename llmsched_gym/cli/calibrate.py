@@ -1,0 +1,83 @@
+"""``llmsched-gym calibrate``: step-time coefficients fitted to measured vLLM runs
+(:func:`llmsched_gym.calibration.calibrate`), the error per run printed, a latency-model
+file written."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..calibration import (
+    FIT_PARAMS,
+    METRICS,
+    calibrate,
+    error_rows,
+    errors,
+    load_runs,
+    model_of,
+    start_params,
+    write_latency_file,
+)
+from ..errors import ConfigError
+from ..validation import check_output_file
+
+
+def cmd_calibrate(args) -> int:
+    """``llmsched-gym calibrate``."""
+    check_output_file("--out", args.out)
+    runs = load_runs(args.runs)
+    held_models = set(args.holdout_model or [])
+    known = {model_of(r) for r in runs}
+    unknown = sorted(held_models - known)
+    if unknown:
+        raise ConfigError(f"--holdout-model {unknown[0]!r} is not a model of {args.runs}; models: {', '.join(sorted(known))}")
+    fit_runs = [r for r in runs if model_of(r) not in held_models]
+    if not fit_runs:
+        raise ConfigError("--holdout-model leaves no run to fit")
+    fit = tuple(p.strip() for p in args.fit.split(",") if p.strip())
+    metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        raise ConfigError(f"--metrics {bad[0]!r} is not known; allowed: {', '.join(METRICS)}")
+    print(f"fitting {', '.join(fit)} of {args.base} on {len(fit_runs)} runs ({len(runs) - len(fit_runs)} held out)")
+    params = calibrate(fit_runs, base=args.base, base_params=start_params(args.start), fit=fit, metrics=metrics,
+                       iterations=args.iterations, log=print)
+    rows = errors(runs, args.base, params)
+    held = {r.key for r in runs if model_of(r) in held_models}
+    table = error_rows(rows, held)
+    print(f"{'run':52s} {'held':>5s} " + " ".join(f"{m[:14]:>14s}" for m in METRICS))
+    for t in table:
+        print(f"{t['key'][:52]:52s} {'yes' if t['held_out'] else '':>5s} "
+              + " ".join(f"{t[m]:13.1f}%" if t[m] is not None else f"{'-':>14s}" for m in METRICS))
+    summary = {}
+    for group, sel in (("fit", [t for t in table if not t["held_out"]]), ("held_out", [t for t in table if t["held_out"]])):
+        if sel:
+            summary[group] = {m: {"median": float(np.median([t[m] for t in sel if t[m] is not None])),
+                                  "mean": float(np.mean([t[m] for t in sel if t[m] is not None]))} for m in METRICS}
+            print(f"{group}: " + "; ".join(f"{m} median {v['median']:.1f}% mean {v['mean']:.1f}%"
+                                             for m, v in summary[group].items()))
+    write_latency_file(args.out, args.base, params, {"runs": str(args.runs), "fit": list(fit), "metrics": list(metrics),
+                                                      "held_out_models": sorted(held_models), "errors_pct": table,
+                                                      "summary_pct": summary})
+    print(f"wrote {args.out} (use it with --latency-model {args.out})")
+    return 0
+
+
+def add_cli(subparsers) -> None:
+    """Register ``llmsched-gym calibrate``."""
+    p = subparsers.add_parser(
+        "calibrate", help="fit step-time coefficients to measured vLLM runs; write a latency-model file",
+        description="Fit the coefficients of a trained-physics step-time model to the per-stage statistics of "
+                    "measured runs (a runs.json as in docs/validation.md), each run simulated under its own "
+                    "open-loop inference-perf arrivals; report the error per run, on fitted and held-out runs.")
+    p.add_argument("--runs", required=True, help="measured runs (JSON; see docs/validation.md)")
+    p.add_argument("--out", required=True, help="latency-model file to write (JSON)")
+    p.add_argument("--base", default="vllm-calibrated", help="step-time model whose coefficients are fitted "
+                   "(vllm-calibrated or blis-trained-physics; the others keep its values)")
+    p.add_argument("--fit", default=",".join(FIT_PARAMS), help="coefficients to fit (comma-separated)")
+    p.add_argument("--metrics", default="ttft_mean,e2e_mean", help="per-stage statistics fitted (comma-separated)")
+    p.add_argument("--holdout-model", action="append", metavar="MODEL",
+                   help="leave this model's runs out of the fit (repeatable); they are reported as held out")
+    p.add_argument("--iterations", type=int, default=12, help="Levenberg-Marquardt iterations at most")
+    p.add_argument("--start", help="initial coefficients: blis-trained-physics, vllm-calibrated or a latency-model "
+                   "file (default: the base's)")
+    p.set_defaults(func=cmd_calibrate)
