@@ -28,7 +28,7 @@ observations and the action masks (:func:`.batched.step`, :func:`.batched.observ
 with a Python policy the advance answers its pauses in between. The ``slo`` reward and a
 :class:`~.agents.BaselineAgent` observer step cluster by cluster on the same shared state.
 Either way a cluster follows exactly the trajectory of a single env (see
-``benchmarks/env_speed.py`` for speed).
+``benchmarks/speed/env_speed.py`` for speed).
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ def blis_workload() -> Workload:
 
 
 def blis_cluster(**latency_params) -> ClusterConfig:
-    """BLIS's reference cluster (benchmarks/blis_parity.py): 4 x Qwen3-14B on H100, TP1."""
+    """BLIS's reference cluster (benchmarks/validation/blis_parity.py): 4 x Qwen3-14B on H100, TP1."""
     return ClusterConfig(instances=4, hardware="H100", model="qwen3-14b", tp=1, latency_model="blis-trained-physics",
                          latency_params=dict(latency_params), gpu_memory_utilization=0.9,
                          engine=EngineConfig.blis(), scrape_interval_s=0.0)
