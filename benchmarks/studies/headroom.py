@@ -68,13 +68,15 @@ ROWS = {
     "routing-kv-hotspot": Row("kv-hotspot", "routing", "ttft_mean", 30.0, "horizon_s=1", samples=2),
     "flow-codegen16": Row("codegen", "flow_control", "critical_ttft_p99", 120.0,
                           "decision=flow,horizon_s=3,interval_s=1", kw={"paper_qps": 16}, samples=2),
+    # Admission's harm (a backlog that delays every later request) outlasts any short horizon
+    # at this overload: the copies run to the end of the episode.
     "admission-codegen16": Row("codegen", "admission", "critical_ttft_p99", 120.0,
-                               "decision=admission,horizon_s=3,interval_s=1", kw={"paper_qps": 16}, samples=2),
+                               "decision=admission,horizon_s=120,interval_s=1", kw={"paper_qps": 16}, samples=2),
     "flow-reasoning0.7": Row("reasoning", "flow_control", "critical_ttft_p99", 240.0,
                              "decision=flow,horizon_s=10,interval_s=2", kw={"paper_qps": 0.7}, samples=2),
     "routing-coder": Row("coder", "routing", "ttft_mean", 15.0, "horizon_s=1", samples=2),
     "routing-toolagent": Row("toolagent", "routing", "ttft_mean", 10.0, "horizon_s=1", samples=2),
-    "routing-mixed-chatbot": Row("mixed-chatbot", "routing", "ttft_mean", 10.0, "horizon_s=1", samples=2),
+    "routing-mixed-chatbot": Row("mixed-chatbot", "routing", "ttft_mean", 5.0, "horizon_s=1", samples=2),
     "flow-flash-codegen": Row("flash-codegen", "flow_control", "critical_ttft_p99", 240.0,
                               "decision=flow,horizon_s=3,interval_s=1", samples=2),
 }
