@@ -25,12 +25,13 @@ prefix, so its prefix is one the cluster may cache; ``EngineState.replace_future
 at random; before any has finished, of one that has arrived. Each sampled future has its own
 random generator as well.
 
-``decision=flow`` plans the usage limit instead, once every ``interval_s``: the copies run
-the soft-reflective ceiling (``base_flow``) with a ``grid`` x ``grid`` set of (ramp, period
-scale) settings around the current base, FlowControl-v0's ``soft-reflective`` action
-(``llmsched_gym.envs.gateway.flow_params``: actions 0.25..0.75, the centre is the base),
-priced with the FlowControl environment's cost; the best setting runs until the next
-decision. Offered only the base setting (``candidates=base``), it is the base policy exactly.
+``decision=flow`` plans the usage limit instead, once every ``interval_s``: the options are
+the compiled ``base_flow`` policy as it is and the soft-reflective ceiling with a ``grid`` x
+``grid`` set of (ramp, period scale) settings, FlowControl-v0's ``soft-reflective`` action
+(``llmsched_gym.envs.gateway.flow_params``: actions 0.25..0.75, centred on ``base_flow``'s
+parameters if it is a soft-reflective ceiling, else on the default's), priced with the
+FlowControl environment's cost; the chosen option runs until the next decision. Offered only
+the base (``candidates=base``), it is the base policy exactly.
 
 ``decision=admission`` plans admission the same way: the options are the compiled
 ``base_admission`` policy, or rejecting every sheddable band's arrivals (priority < 0) with
@@ -90,7 +91,8 @@ class LookaheadPlanner(GatewayController):
             ``candidates=base`` offers.
         candidates: every option (``all``: each serving instance, or the flow grid), or only
             the base policy's own (``base``).
-        base_flow: the compiled soft-reflective ceiling whose parameters ``decision=flow`` sets.
+        base_flow: the compiled usage limit ``decision=flow`` keeps or replaces by a
+            soft-reflective setting.
         interval_s: seconds between flow decisions.
         grid: settings per flow parameter (odd: the base is the centre).
         samples: ``mpc``: sampled futures per candidate (common to all candidates).
@@ -110,11 +112,8 @@ class LookaheadPlanner(GatewayController):
         if grid % 2 == 0:  # the declared ranges are checked before this runs (make_policy, the constructor)
             raise ConfigError(f"lookahead grid={grid!r} is invalid; it must be odd (the base setting is the centre)")
         self.form = self._compiled(base, "routing", "base")
-        flow = self._compiled(base_flow, "usage-limit", "base_flow")
-        if flow.code != FLOW_SOFT_REFLECTIVE:
-            raise ConfigError(f"lookahead base_flow={base_flow!r} is invalid: decision=flow sets the parameters "
-                              "of soft-reflective-ceiling (with its parameters)")
-        self.base_params = flow.params
+        self.flow_form = self._compiled(base_flow, "usage-limit", "base_flow")
+        self.reflective = self._compiled("soft-reflective-ceiling", "usage-limit", "base_flow")
         self.admission_form = self._compiled(base_admission, "admission", "base_admission")
         self.decision, self.mode, self.horizon_s, self.base, self.candidates = (
             decision, mode, float(horizon_s), base, candidates)
@@ -208,19 +207,22 @@ class LookaheadPlanner(GatewayController):
         return sim
 
     def _run_flow(self, sim, scenario):
-        if self.candidates == "base":
-            options = [np.asarray(self.base_params)]
-        else:
+        """Options: the base usage limit as it is, and a ``grid`` x ``grid`` set of soft-reflective
+        ceilings (around the base's parameters if it is one, else the default's)."""
+        base = (self.flow_form.code, tuple(self.flow_form.params))
+        options = [base]
+        if self.candidates == "all":
+            centre = self.flow_form if self.flow_form.code == FLOW_SOFT_REFLECTIVE else self.reflective
             a = np.linspace(0.25, 0.75, self.grid)
-            ramp, period = flow_params(np.array(np.meshgrid(a, a)).reshape(2, -1), self.base_params)
-            options = list(np.stack([ramp, period], axis=1))
-        base = next(k for k, o in enumerate(options) if np.array_equal(o, self.base_params))
+            ramp, period = flow_params(np.array(np.meshgrid(a, a)).reshape(2, -1), centre.params)
+            options += [o for o in ((FLOW_SOFT_REFLECTIVE, (float(r), float(p))) for r, p in zip(ramp, period))
+                        if o != base]
 
         def apply(state: EngineState, c: int, k: int) -> None:
-            state.set_policy(c, "flow", None, options[k])
+            state.set_policy(c, "flow", *options[k])
             state.wake_dispatch(c)  # a blocked gateway would sleep until the next scrape
 
-        return self._run_interval(sim, make_setup("flow_control", scenario=scenario), len(options), base, apply)
+        return self._run_interval(sim, make_setup("flow_control", scenario=scenario), len(options), 0, apply)
 
     def _run_admission(self, sim, scenario):
         """Options: the base admission policy, or a rejection probability (``grid`` levels in

@@ -59,17 +59,18 @@ def test_runs_through_the_harness():
     ("lookahead:decision=autoscaling", "decision"),
     ("lookahead:base_admission=external", "base_admission"),
     ("lookahead:grid=2", "grid"),
-    ("lookahead:base_flow=static-usage-limit", "base_flow"),
+    ("lookahead:base_flow=no-such-limit", "base_flow"),
 ])
 def test_bad_parameters(spec, match):
     with pytest.raises(ConfigError, match=match):
         make_policy(spec, "gateway")
 
 
-def test_flow_base_setting_is_the_base_policy():
+@pytest.mark.parametrize("flow", ["soft-reflective-ceiling", "static-usage-limit"])
+def test_flow_base_setting_is_the_base_policy(flow):
     sc = _scenario(horizon_s=20.0, paper_qps=16)
-    base = sc.simulator(2, flow_control="soft-reflective-ceiling").run()
-    planner = make_policy("lookahead:decision=flow,candidates=base,interval_s=0.5", "gateway")
+    base = sc.simulator(2, flow_control=flow).run()
+    planner = make_policy(f"lookahead:decision=flow,candidates=base,interval_s=0.5,base_flow={flow}", "gateway")
     planned = planner.run(sc, 2)
     assert planner.decisions >= 39
     for f in FIELDS:

@@ -112,7 +112,7 @@ def run_row(name: str, seeds: list[int], horizon_s: float | None, tune_routing: 
         results[spec] = {k: [f(s) for s in sims] for k, f in measure.items()}
     best = min(heuristics, key=lambda h: np.mean(results[h]["cost"]))
     base_key = {"routing": "base", "flow_control": "base_flow", "admission": "base_admission"}[row.kind]
-    base = best if row.kind != "flow_control" else "soft-reflective-ceiling"  # the planner sets its parameters
+    base = best  # the planner's base option: every row's planner can do what the best heuristic does
     planners = {}
     for mode in ("mpc", "oracle"):
         spec = f"lookahead:{row.planner},mode={mode},{base_key}={base}" + (f",samples={row.samples}"
