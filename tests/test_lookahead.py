@@ -48,6 +48,8 @@ def test_runs_through_the_harness():
                      qps=10, overrides={"duration_s": 10}, workers=1)
     rows = {r["policy"]: r for r in table.filter(class_="all")}
     assert rows["plan"]["ttft_mean"] == rows["lmetric-no-detector"]["ttft_mean"]
+    assert rows["plan"]["decisions"] > 50 and rows["plan"]["decisions_per_s"] > 0  # the planner's rate, per cell
+    assert "decisions" not in rows["lmetric-no-detector"]
 
 
 @pytest.mark.parametrize("spec, match", [

@@ -69,6 +69,8 @@ ID_COLUMNS = ("scenario", "point", "rate_kind", "rate", "qps", "policy", "router
 CELL_COLUMNS = ("instance_imbalance", "instance_cv", "sim_seconds", "wall_seconds")
 #: Columns of the autoscaled cells only (a combination with a ``scaler``).
 SCALER_COLUMNS = ("scaler", "gpu_seconds", "cold_starts")
+#: Columns of the cells a planner ran (``gateway=lookahead``): its decisions and their rate.
+PLANNER_COLUMNS = ("decisions", "decisions_per_s")
 DEFAULT_SCALE_INTERVAL_S = 15.0  # Kubernetes HPA's default sync period
 
 
@@ -186,7 +188,11 @@ def _run_gateway(task: dict) -> dict:
     """One cell run by a gateway controller (a Gateway-v0 model), which drives its own
     simulator of the cell's scenario and seed."""
     controller = make_policy(task["policy"]["gateway"], "gateway")
-    return _cell_result(task, controller.run(task["scenario"], task["seed"]))
+    out = _cell_result(task, controller.run(task["scenario"], task["seed"]))
+    if getattr(controller, "plan_seconds", 0):  # a planner (lookahead) reports its decision rate
+        out["cell"].update(decisions=controller.decisions,
+                           decisions_per_s=controller.decisions / controller.plan_seconds)
+    return out
 
 
 def _run_scaled(task: dict) -> dict:
@@ -457,7 +463,7 @@ def _assemble(plan: dict, results: list[dict]) -> ResultTable:
             row = dict(ident, **{"class": cls})
             row.update({k: m.get(k) for k in METRIC_COLUMNS})
             row.update({k: r["cell"][k] for k in CELL_COLUMNS})
-            row.update({k: r["cell"][k] for k in SCALER_COLUMNS if k in r["cell"]})
+            row.update({k: r["cell"][k] for k in SCALER_COLUMNS + PLANNER_COLUMNS if k in r["cell"]})
             rows.append(row)
         if "samples" in r:
             sample_map[(pt.scenario, pt.label, spec.label)] = r["samples"]
