@@ -280,8 +280,9 @@ def _describe(sc, seed: int) -> int:
     w = sc.build_workload(seed)
     c = sc.cluster
     print(f"{sc.name}: {sc.description}")
-    print(f"  cluster: {c.instances} x {c.hardware} {c.model} ({c.latency_model}), "
-          f"{c.total_blocks()} KV blocks of {c.engine.block_size} tokens per instance")
+    pools = " + ".join(f"{n} x {p.hardware}" + (f" TP{p.tp}" if p.tp > 1 else "") + f" ({p.total_blocks()} KV blocks)"
+                       for n, p in c.pool_configs())
+    print(f"  cluster: {pools} {c.model} ({c.latency_model}), KV blocks of {c.engine.block_size} tokens")
     print(f"  gateway defaults: router={sc.gateway.router} flow_control={sc.gateway.flow_control} "
           f"admission={sc.gateway.admission}")
     setting = {k: getattr(sc, k) for k in ("qps", "load", "paper_qps") if getattr(sc, k) is not None} or sc.default_rate
