@@ -2,7 +2,8 @@
 
 * the batched state and what it is built from: :class:`EngineState` (advance, scrape,
   saturation, dispatch decisions, ``forked`` / ``fork`` copies of a cluster, named field views
-  ``state.requests`` / ``state.instances`` / ``state.clusters``), :class:`ClusterInputs`;
+  ``state.requests`` / ``state.instances`` / ``state.clusters``), :class:`ClusterInputs` and
+  the prefix keys of its workload (:func:`workload_keys`);
 * per-request records: :class:`RequestTable` and the outcome codes;
 * the codes a policy's ``compiled_form()`` returns (``ROUTER_*``, ``FLOW_*``, ``ADMIT_*``,
   ``PD_DECIDE_*``) and :func:`lower_policies`;
@@ -31,7 +32,7 @@ from .requests import (
     RequestTable,
     request_records,
 )
-from .state import ClusterInputs, EngineState
+from .state import ClusterInputs, EngineState, workload_keys
 from .warmup import BACKGROUND, FOREGROUND, cache_is_cold, compile_subtrees
 
 #: Kernel codes of the compiled policies and of a cluster's status (see docs/architecture.md).
@@ -41,4 +42,4 @@ STATUS_NAMES = _layout.STATUS_NAMES
 
 __all__ = ["BACKGROUND", "FOREGROUND", "cache_is_cold", "compile_subtrees", "ClusterInputs", "CompiledForm", "EngineConfig", "EngineState", "PolicyCodes", "RequestTable", "compiled_form",
            "lower_policies", "OUTCOME_NAMES", "STATUS_NAMES", "IN_FLIGHT", "FINISHED", "REJECTED", "EXPIRED",
-           "DROPPED", "EVICTED", "TIMED_OUT", "CRASHED", "request_records"]
+           "DROPPED", "EVICTED", "TIMED_OUT", "CRASHED", "request_records", "workload_keys"]

@@ -110,7 +110,7 @@ REQUEST_FLOAT = Record("req_f", ("req",), np.float64, ("field", "slot"), prefix=
     "RF_SENT",
     Field("RF_TRANSFER", default=np.nan, doc="seconds its KV took from the prefill to the decode instance"),
 ))
-UNIT = Record("unit_i", ("unit",), np.int64, ("field", "slot"), prefix="U", static=True, fields=_fields(
+UNIT = Record("unit_i", ("unit",), np.int32, ("field", "slot"), prefix="U", static=True, fields=_fields(
     Field("U_KEY", doc="cluster-local dense key"), Field("U_BLOCKS", doc="full blocks"),
     Field("U_END", doc="token end"),
 ))
@@ -146,7 +146,7 @@ RUNNING = Record("run", ("inst",), np.int64, ("slot", "field", "seqs"), prefix="
     Field("RUN_ID", "req"), "RUN_INP", "RUN_OUT", "RUN_COMP", "RUN_GEN", "RUN_SHARED", "RUN_TAKE", "RUN_PREFILL",
     "RUN_DECODE", "RUN_DONE",
 ))
-ENTRY = Record("ent", ("ent", "cpu"), np.int64, ("slot", "field"), prefix="EN", occupied_by="EN_KEY", fields=_fields(
+ENTRY = Record("ent", ("ent", "cpu"), np.int32, ("slot", "field"), prefix="EN", occupied_by="EN_KEY", fields=_fields(
     "EN_REF", "EN_BLOCKS", Field("EN_PREV", SELF), Field("EN_NEXT", SELF),
     Field("EN_ANON_AFTER", doc="vLLM order: anonymous free blocks released right after the unit"),
     Field("EN_KEY", doc="the unit's key + 1 (0: empty slot)"),
@@ -189,7 +189,7 @@ CLUSTER_FLOAT = Record("clu_f", ("clu",), np.float64, ("field", "slot"), prefix=
     Field("CF_XFER_SLOW", default=1.0, doc="P/D KV transfer: factor on its time (a slow link, faults)"),
     Field("CF_LINK_UP_AT", default=-np.inf, doc="P/D KV link: when its last outage ended (faults)"),
 ))
-INDEX = Record("ix", ("ix",), np.int64, ("field", "slot"), prefix="IX", fields=_fields(
+INDEX = Record("ix", ("ix",), np.int32, ("field", "slot"), prefix="IX", fields=_fields(
     "IX_PRESENT", Field("IX_PREV", "ix", default=-1), Field("IX_NEXT", "ix", default=-1),
 ))
 BANDS = Record("bq", ("clu",), np.int64, ("field", "slot", "bands"), prefix="BQ", fields=_fields(
@@ -210,7 +210,7 @@ RECORDS: tuple[Record, ...] = (
     Record("win_t", ("req",), np.float64, ("slot",)),  # LMetric's detector: arrival times and classes
     Record("win_c", ("req",), np.int64, ("slot",)),  # in its window, a ring over the request slots,
     Record("ccount", ("req",), np.int64, ("slot",)),  # and arrivals per class in the window
-    Record("bkey", ("bkey",), np.int64, ("slot",), static=True),  # router block keys, dense per cluster
+    Record("bkey", ("bkey",), np.int32, ("slot",), static=True),  # router block keys, dense per cluster
 )
 
 

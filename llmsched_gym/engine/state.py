@@ -145,24 +145,31 @@ def _table_slots(x: ClusterInputs, units, slack: float, cpu: bool = False) -> in
 
 
 def _keys_of(x: ClusterInputs) -> tuple:
-    """Prefix units and router block keys of a cluster's workload (see :mod:`.units`),
-    and how many of its distinct units have each size in blocks (how many can be cached
-    at once, :func:`_most_units`); computed once per inputs."""
+    """:func:`workload_keys` of a cluster's inputs, computed once per inputs."""
     if x.units is None:
-        bk = router_block_keys(x.workload, *x.router_block_keys)[:3] if x.router_block_keys else (
-            np.zeros(len(x.workload) + 1, np.int64), np.zeros(0, np.int64), 0)
-        units = prefix_units(x.workload, x.engine.block_size)
-        keys, blocks = units[1], units[2]
-        values = np.flatnonzero(np.bincount(blocks)) if len(blocks) else np.zeros(0, np.int64)
-        if len(values) == 1:  # every unit the same size (one block each on BLIS's traces)
-            per_size = np.bincount(np.full(1, values[0]), minlength=values[0] + 1) * units[4]
-        else:
-            least = np.zeros(units[4], np.int64)
-            for b in values[::-1]:  # a key's blocks, the fewest if they differ (a few sizes)
-                least[keys[blocks == b]] = b
-            per_size = np.bincount(np.maximum(least, 1))
-        x.units = units + bk + (per_size,)
+        x.units = workload_keys(x.workload, x.engine.block_size, x.router_block_keys)
     return x.units
+
+
+def workload_keys(workload, block_size: int, router_keys: tuple | None) -> tuple:
+    """Prefix units and router block keys of a workload (see :mod:`.units`), and how many
+    of its distinct units have each size in blocks (how many can be cached at once,
+    :func:`_most_units`): what :meth:`EngineState.load` reads of it besides its requests,
+    as ``ClusterInputs.units``. A function of the workload, the engine's block size and
+    the compiled llm-d router's ``(block_tokens, max_blocks)`` (None: no router index)."""
+    bk = router_block_keys(workload, *router_keys)[:3] if router_keys else (
+        np.zeros(len(workload) + 1, np.int64), np.zeros(0, np.int64), 0)
+    units = prefix_units(workload, block_size)
+    keys, blocks = units[1], units[2]
+    values = np.flatnonzero(np.bincount(blocks)) if len(blocks) else np.zeros(0, np.int64)
+    if len(values) == 1:  # every unit the same size (one block each on BLIS's traces)
+        per_size = np.bincount(np.full(1, values[0]), minlength=values[0] + 1) * units[4]
+    else:
+        least = np.zeros(units[4], np.int64)
+        for b in values[::-1]:  # a key's blocks, the fewest if they differ (a few sizes)
+            least[keys[blocks == b]] = b
+        per_size = np.bincount(np.maximum(least, 1))
+    return units + bk + (per_size,)
 
 
 def state_bytes(caps: list[tuple[int, ...]], num_bands: int, max_seqs: int) -> int:
@@ -310,6 +317,7 @@ class EngineState:
         for x in clusters:
             self.rngs.append(x.rng)
         self.sources = [None] * len(clusters)  # the inputs each slot was loaded with (see _copy_slot)
+        self.used = [None] * len(clusters)  # per slot: what its loads have used of each space (see _reset)
         for c, (x, u) in enumerate(zip(clusters, units)):
             self.load(c, x, u, fresh=True)
 
@@ -333,6 +341,11 @@ class EngineState:
         slots = dict(zip(CAP_SPACES, np.sum(caps, axis=0, dtype=np.int64)), clu=C)
         extents = _extents(num_bands, max_seqs)
         for rec in RECORDS:
+            if np.dtype(rec.dtype).itemsize < 8:  # a narrow record's values and pointers must fit it
+                limit = np.iinfo(rec.dtype).max
+                n = sum(slots[s] for s in rec.spaces)  # pointers index the whole array
+                if n > limit:
+                    raise MemoryError(f"{n:,} {rec.array} entries in one engine state (at most {limit:,})")
             arr = np.zeros(rec.shape_for(slots, extents), rec.dtype)  # zeros: pages a slot never touches stay unmapped
             if rec.default:
                 arr[...] = rec.default
@@ -385,6 +398,7 @@ class EngineState:
         extents = _extents(src.num_bands, src.max_seqs)
         stale = {s: False if fresh else self._table_rows(c, s) for s in ("ent", "cpu")}  # before inst_i moves
         self.sources[c] = src.sources[k]
+        self.used[c] = None  # copied whole
         for rec in RECORDS:
             if rec.static and same_workload:  # what load() wrote is there already
                 continue
@@ -418,6 +432,7 @@ class EngineState:
         new._allocate(caps, max(self.num_bands, x.num_bands), max(self.max_seqs, x.engine.max_num_seqs))
         new.rngs = self.rngs
         new.sources = [None] * C
+        new.used = [None] * C
         for k in range(C):
             new._copy_slot(self, k, k, fresh=True)
         return new
@@ -433,6 +448,7 @@ class EngineState:
         new._allocate([(caps[0] + int(room),) + caps[1:]] * k, self.num_bands, self.max_seqs)
         new.rngs = List()
         new.sources = [None] * k
+        new.used = [None] * k
         for j in range(k):
             new.rngs.append(copy.deepcopy(self.rngs[c]))
             new._copy_slot(self, c, j, fresh=True)
@@ -516,11 +532,18 @@ class EngineState:
     def _reset(self, c: int, fresh: bool) -> None:
         """Every range of slot ``c`` to its fields' defaults (:mod:`.fields`). ``fresh``: the
         slot was just allocated, all zeros, so only non-zero defaults are written: writing
-        zeros would fault in every page of a table the run may never use."""
+        zeros would fault in every page of a table the run may never use. Otherwise only
+        what the slot's earlier loads used (``self.used``: the kernel writes a space's
+        entries below its cluster's end only) is reset: the rest still holds the defaults,
+        and the slack of a slot sized for larger workloads stays unmapped."""
         extents = _extents(self.num_bands, self.max_seqs)
         ranges = self._ranges(c)
+        used = None if fresh else self.used[c]
         for rec, space in ((r, s) for r in RECORDS for s in r.spaces):
-            region = getattr(self, rec.array)[_index(rec, *ranges[space], extents)]
+            start, n = ranges[space]
+            if used is not None and space in used:
+                n = min(n, used[space])
+            region = getattr(self, rec.array)[_index(rec, start, n, extents)]
             if not fresh:
                 region[...] = 0
             if not rec.fields:
@@ -632,6 +655,8 @@ class EngineState:
         cf[CF_TIMEOUT, c] = x.client_timeout_s
         self.rngs[c] = x.rng
         self.sources[c] = x
+        # _reset left the whole slot at its defaults; the kernel writes below these ends only
+        self.used[c] = {"req": n, "unit": len(keys), "bkey": len(bkeys), "ix": x.instances * n_bkeys}
         x.units = None  # the slot holds what it needs (~10 MB on a 16-instance chatbot); recomputed if asked
 
     @property

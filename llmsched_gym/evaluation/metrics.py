@@ -190,7 +190,9 @@ class LazySummary(Mapping):
     __slots__ = ("_run", "_summary")
 
     def __init__(self, sim):
-        self._run = SimpleNamespace(table=sim.table.detached(), workload=sim.workload, arrived=sim.arrived,
+        w = sim.workload  # what summarize reads of it (not the prefix hashes: most of its bytes)
+        workload = SimpleNamespace(arrival_s=w.arrival_s, slo_ttft_s=w.slo_ttft_s, slo_tpot_s=w.slo_tpot_s)
+        self._run = SimpleNamespace(table=sim.table.detached(), workload=workload, arrived=sim.arrived,
                                     now=sim.now, wall_seconds=sim.wall_seconds)
         self._summary: dict | None = None
 
