@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import llmsched_gym as g
+from llmsched_gym.engine.api import ROUTER_PY, compiled_form
 from llmsched_gym.envs.core import episode_cost, make_setup
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.evaluation import evaluate
@@ -150,3 +151,24 @@ def test_refuses_a_fault_schedule():
     sc = _scenario(qps=12, faults={"crashes": [{"instance": 0, "at_s": 2.0, "restart_s": 1.0}]})
     with pytest.raises(ConfigError, match="fault schedule"):
         make_policy("lookahead", "gateway").run(sc, 0)
+
+
+@pytest.mark.parametrize("base", ["llm-d", "least-tokens", "sglang-cache-aware", "jsq"])
+def test_copies_handed_back_to_the_router_find_its_books_current(base):
+    """Routing taken over by a planner (``take_over_routing``) keeps the compiled router's books
+    (llm-d's prefix index, tokens sent): a fork handed back to the router mid-run reproduces
+    the heuristic request for request."""
+    sc = _scenario("chatbot", horizon_s=6.0, qps=30, instances=4)
+    heuristic = sc.simulator(5, router=base).run()
+    sim = sc.simulator(5, router=base)
+    router = sim.take_over_routing()
+    while sim.advance(3.0) == "route":
+        sim.route(router.route(sim.pending_info, sim.current_view()))
+    copies = sim.state.forked(sim.c, 1)
+    form = compiled_form(make_policy(base, "routing"), ROUTER_PY)
+    copies.set_policy(0, "router", form.code, form.params)
+    copies.cluster(0).log_finish = 0  # no Python router hears the copy
+    copies.advance(np.ones(1, bool), np.full(1, 1e9))
+    r0, n = int(copies.req_off[0]), len(heuristic.workload)
+    np.testing.assert_array_equal(copies.requests.instance[r0:r0 + n], heuristic.table.instance)
+    np.testing.assert_array_equal(copies.requests.first[r0:r0 + n], heuristic.table.first_token_t)

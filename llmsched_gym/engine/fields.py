@@ -165,6 +165,8 @@ CLUSTER_INT = Record("clu_i", ("clu",), np.int64, ("field", "slot"), prefix="CI"
     Field("CI_PD", doc="the compiled P/D decision (PD_DECIDE_*)"),
     Field("CI_EVICT_MAX", doc="llm-d's in-flight eviction, most revocations per decision (0: off)"),
     Field("CI_TO_PTR", doc="the next arrival (cluster-local) whose client timeout is still to come"),
+    Field("CI_BOOKS", doc="the compiled router whose books dispatches and finishes keep (its prefix index, tokens "
+                          "sent): CI_ROUTER, or the router a planner took routing over from (ROUTER_PY: none)"),
     Field("CI_WIN_CAP", doc="LMetric's detector window: the ring's capacity (the requests the cluster was loaded with)"),
     Field("CI_FAULTS", doc="a fault schedule may crash instances or stop scrapes: per-instance metric ages"),
     Field("CI_NDOWN", doc="crashed instances not yet restarted"),

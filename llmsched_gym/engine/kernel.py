@@ -72,6 +72,7 @@ from .layout import (
     CI_ACTIVE,
     CI_ADMIT,
     CI_BAND_CAP,
+    CI_BOOKS,
     CI_BS,
     CI_BUDGET,
     CI_DECISION,
@@ -1089,7 +1090,7 @@ def _complete(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f,
             else:
                 req_f[RF_FINISH, r] = fin
                 _final(req_i, req_f, r, fin, FINISHED)
-            if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING:
+            if clu_i[CI_BOOKS, c] == ROUTER_LEAST_TOKENS or clu_i[CI_BOOKS, c] == ROUTER_BAILIAN_SAMPLING:
                 inst_f[IF_LT_TOKENS, g] -= req_f[RF_SENT, r]
             if clu_i[CI_LOG_FINISH, c]:
                 log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
@@ -1164,7 +1165,7 @@ def _receive_kv(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_
             inst_i[II_INFLIGHT, d] -= 1
             clu_i[CI_ACTIVE, c] -= 1
             _final(req_i, req_f, r, t, CRASHED)
-            router = clu_i[CI_ROUTER, c]
+            router = clu_i[CI_BOOKS, c]
             if router == ROUTER_LEAST_TOKENS or router == ROUTER_BAILIAN_SAMPLING:
                 inst_f[IF_LT_TOKENS, d] -= req_f[RF_SENT, r]
             if clu_i[CI_LOG_FINISH, c]:
@@ -1802,11 +1803,11 @@ def dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t,
     req_i[RI_PREFILL_EST, r] = est
     inst_i[II_QPREFILL, g] += est
     inst_i[II_INFLIGHT, g] += 1
-    if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING:
+    if clu_i[CI_BOOKS, c] == ROUTER_LEAST_TOKENS or clu_i[CI_BOOKS, c] == ROUTER_BAILIAN_SAMPLING:
         sent = req_i[RI_INPUT, r] + clu_f[CF_EXP_OUT, c]
         req_f[RF_SENT, r] = sent
         inst_f[IF_LT_TOKENS, g] += sent
-    elif clu_i[CI_ROUTER, c] == ROUTER_LLMD or clu_i[CI_ROUTER, c] == ROUTER_SGLANG:
+    elif clu_i[CI_BOOKS, c] == ROUTER_LLMD or clu_i[CI_BOOKS, c] == ROUTER_SGLANG:
         _ix_insert(req_i, inst_i, clu_f, bkey, ix, c, g, r)
     inst_i[II_PENDING, g] += 1
     _heap_push(heap_t, heap_r, clu_i, c, now + req_f[RF_DELAY, r], r)
@@ -1885,7 +1886,7 @@ def place_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, he
     req_i[RI_DECODE, r] = d
     g = i0 + d
     inst_i[II_INFLIGHT, g] += 1  # in flight on both until its prefill ends
-    router = clu_i[CI_ROUTER, c]
+    router = clu_i[CI_BOOKS, c]
     if router == ROUTER_LEAST_TOKENS or router == ROUTER_BAILIAN_SAMPLING:  # the router's books: on d
         inst_f[IF_LT_TOKENS, i0 + p] -= req_f[RF_SENT, r]
         inst_f[IF_LT_TOKENS, g] += req_f[RF_SENT, r]
@@ -2068,7 +2069,7 @@ def _abort(req_i, req_f, inst_i, inst_f, run, seg, clu_i, clu_f, log, c, r, t, o
     inst_i[II_INFLIGHT, g] -= 1
     inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]
     req_i[RI_PREFILL_EST, r] = 0
-    if clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING:
+    if clu_i[CI_BOOKS, c] == ROUTER_LEAST_TOKENS or clu_i[CI_BOOKS, c] == ROUTER_BAILIAN_SAMPLING:
         inst_f[IF_LT_TOKENS, g] -= req_f[RF_SENT, r]
     if clu_i[CI_LOG_FINISH, c]:  # a Python router hears of it as of a finish
         log[clu_i[CI_REQ0, c] + clu_i[CI_LOG_LEN, c]] = r
@@ -2156,7 +2157,7 @@ def crash(req_i, req_f, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, heap_t,
     inst_i[II_USED, g], inst_i[II_EVICTABLE, g], inst_i[II_ANON_FRONT, g] = 0, 0, inst_i[II_TOTAL, g]
     inst_f[IF_NEXT_T, g], inst_f[IF_STEP_S, g] = np.inf, 0.0
     lost = np.sort(lost[:k])  # in arrival order
-    least = clu_i[CI_ROUTER, c] == ROUTER_LEAST_TOKENS or clu_i[CI_ROUTER, c] == ROUTER_BAILIAN_SAMPLING
+    least = clu_i[CI_BOOKS, c] == ROUTER_LEAST_TOKENS or clu_i[CI_BOOKS, c] == ROUTER_BAILIAN_SAMPLING
     for r in lost:
         inst_i[II_INFLIGHT, g] -= 1  # the gateway hears of the failure
         inst_i[II_QPREFILL, g] -= req_i[RI_PREFILL_EST, r]

@@ -89,6 +89,7 @@ from .layout import (
     RI_PRIORITY,
     RI_UNIT0,
     RI_UNIT1,
+    ROUTER_PY,
     SAT_HYBRID,
     SAT_REQUESTS,
     SAT_TOKENS,
@@ -685,7 +686,10 @@ class EngineState:
 
     def set_policy(self, c: int, role: str, code: int | None = None, params=()) -> None:
         """Cluster ``c``'s compiled ``role`` policy (``router``, ``flow``, ``admission``, ``pd``):
-        its kernel code (None: keep it) and parameters, written to the role's parameter rows."""
+        its kernel code (None: keep it) and parameters, written to the role's parameter rows.
+        A compiled router also becomes the one whose books dispatches keep (``CI_BOOKS``);
+        handing routing to Python (``ROUTER_PY``) keeps the books of the router before it, so
+        that copies handed back to it find its prefix index and token counts current."""
         if role not in POLICY_ROWS:
             raise ValueError(f"policy role {role!r} is not compiled; roles: {', '.join(POLICY_ROWS)}")
         code_row, param_rows = POLICY_ROWS[role]
@@ -694,6 +698,8 @@ class EngineState:
             raise ValueError(f"a compiled {role} takes at most {len(param_rows)} parameters, got {len(params)}")
         if code is not None:
             self.clu_i[LAYOUT[code_row], c] = int(code)
+            if role == "router" and code != ROUTER_PY:  # routing taken over keeps the last books
+                self.clu_i[LAYOUT["CI_BOOKS"], c] = int(code)
         for row, v in zip(param_rows, params):
             self.clu_f[LAYOUT[row], c] = float(v)
 
