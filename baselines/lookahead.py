@@ -8,6 +8,13 @@ batched call), prices each copy with the Routing environment's own cost (TTFT pe
 priority-weighted, censored at the copy's end, unserved requests charged the penalty:
 ``llmsched_gym.envs.core.episode_cost``), and sends the request where its copy cost least.
 
+The real cluster is routed from Python (``Simulator.take_over_routing``); its state keeps
+the base router's books (llm-d's and SGLang's prefix indexes, tokens sent), so a copy handed
+back to the compiled router continues exactly as the heuristic would. State a router keeps
+at decision time (LMetric's detector window, the TPOT windows of ``llm-d-predicted-latency``,
+``preble`` and ``polyserve``, round-robin's pointer) is not updated by decisions taken
+from Python: the copies continue from what it held when routing was taken over.
+
 ``mode=oracle``: the copies see the true future arrivals (the workload itself). It is not a
 deployable policy, and not a proof of optimality either (one decision at a time, the base
 heuristic after it); it bounds how much a router that could see the next ``horizon_s``
