@@ -129,6 +129,9 @@ def test_mpc_samples_the_scenarios_arrival_model():
 
 
 def test_mpc_refuses_a_trace():
+    from conftest import trace_path
+
+    trace_path("azure_llm_2023", "AzureLLMInferenceTrace_code.csv")  # skips where the public traces are absent
     sc = _scenario("azure-code", horizon_s=5.0)
     with pytest.raises(ConfigError, match="replays the same arrivals"):
         make_policy("lookahead:mode=mpc", "gateway").run(sc, 0)
