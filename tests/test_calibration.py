@@ -26,6 +26,8 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "real_vllm"
 WORKLOAD = {"num_unique_system_prompts": 3, "num_users_per_system_prompt": 3, "system_prompt_len": 100,
             "question_len": 300, "output_len": 60, "enable_multi_turn_chat": False, "load_type": "constant"}
 TRUE = {"a0": 9000.0, "b3": 1.3, "b7": 600.0}
+NEEDS_CONFIGS = pytest.mark.skipif(not (SHARED / "model_configs").is_dir(),
+                                   reason="the real-vLLM model configs are not beside the repo (../shared/real_vllm)")
 
 
 def _runs(measured_from: dict | None = None) -> list[MeasuredRun]:
@@ -44,6 +46,7 @@ def _runs(measured_from: dict | None = None) -> list[MeasuredRun]:
     return runs
 
 
+@NEEDS_CONFIGS
 def test_calibration_recovers_known_coefficients():
     runs = _runs(measured_from=TRUE)
     start = {"a0": 15000.0, "b3": 1.0, "b7": 200.0}
@@ -70,6 +73,7 @@ def test_latency_file_round_trip_and_cli(tmp_path):
         make_latency_model(str(bad))
 
 
+@NEEDS_CONFIGS
 def test_calibrate_command(tmp_path, capsys):
     runs = _runs(measured_from=TRUE)
     doc = {"runs": [{"key": r.key, "model": r.model["name"], "model_config": r.model["config"], "hardware": "H100",
