@@ -182,21 +182,29 @@ def _flash_curve() -> list[list[float]]:
     return [k for k in knots if not (inside(k[0]) and k[1] == diurnal(k[0]))]
 
 
+def _codegen_at(name: str, rate: float, curve, duration_s: float, instances: int, description: str,
+                **gateway) -> Scenario:
+    """codegen's requests (in ~1176 / out ~195 tokens, 30% critical, SLOs 1 s TTFT / 0.1 s
+    TPOT, sheddable 5 s / 0.2 s) at ``rate`` x the rate ``curve``, on H100s with Qwen3-14B."""
+    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", rate, rate_curve=curve),
+                        input=_lognormal(1176, 600, 16, 8000), output=_lognormal(195, 150, 2, 2000),
+                        classes=_two_classes(0.3, 1.0, 0.1), duration_s=duration_s, name=name)
+    return Scenario(
+        name=name, description=description,
+        cluster=ClusterConfig(instances=instances, hardware="H100", model="qwen3-14b", latency_model="linear",
+                              engine=EngineConfig(max_num_batched_tokens=8192)),
+        workload=spec, gateway=GatewayConfig(router="llm-d", **gateway), default_rate={"qps": rate},
+        capacity_horizon_s=duration_s)
+
+
 def flash_codegen() -> Scenario:
     """codegen's requests (30% critical) on 4 x H100 Qwen3-14B at a diurnal rate around
     8 req/s with two flash crowds (x6 and x8 within 2 s, for 30 and 20 s; see
     :func:`_flash_curve`): queues build within seconds, faster than a saturation detector
     averaged over a scrape interval reacts."""
-    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", 8.0, rate_curve=_flash_curve()),
-                        input=_lognormal(1176, 600, 16, 8000), output=_lognormal(195, 150, 2, 2000),
-                        classes=_two_classes(0.3, 1.0, 0.1), duration_s=600.0, name="flash-codegen")
-    return Scenario(
-        name="flash-codegen",
-        description="codegen's requests at a diurnal ~8 req/s with x6 and x8 flash crowds; 4 x H100 Qwen3-14B",
-        cluster=ClusterConfig(instances=4, hardware="H100", model="qwen3-14b", latency_model="linear",
-                              engine=EngineConfig(max_num_batched_tokens=8192)),
-        workload=spec, gateway=GatewayConfig(router="llm-d", flow_control="soft-reflective-ceiling"),
-        default_rate={"qps": 8.0}, capacity_horizon_s=600.0)
+    return _codegen_at("flash-codegen", 8.0, _flash_curve(), 600.0, 4,
+                       "codegen's requests at a diurnal ~8 req/s with x6 and x8 flash crowds; 4 x H100 Qwen3-14B",
+                       flow_control="soft-reflective-ceiling")
 
 
 # --------------------------------------------------------------------------- autoscaling
@@ -213,16 +221,9 @@ def diurnal_codegen() -> Scenario:
     one compressed day of ``DIURNAL_PERIOD_S``; at most 6 x H100 Qwen3-14B (the largest
     fleet of ``llmsched/Autoscaling-v0``; codegen's 2 instances sustain 27 req/s)."""
     curve = {"kind": "diurnal", "period_s": DIURNAL_PERIOD_S, "amplitude": 0.8, "peak_s": DIURNAL_PERIOD_S / 2}
-    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", 30.0, rate_curve=curve),
-                        input=_lognormal(1176, 600, 16, 8000), output=_lognormal(195, 150, 2, 2000),
-                        classes=_two_classes(0.3, 1.0, 0.1), duration_s=DIURNAL_PERIOD_S, name="diurnal-codegen")
-    return Scenario(
-        name="diurnal-codegen",
-        description="codegen's requests at a diurnal rate (6-54 req/s, a day compressed to 30 min); up to 6 x H100 Qwen3-14B",
-        cluster=ClusterConfig(instances=6, hardware="H100", model="qwen3-14b", latency_model="linear",
-                              engine=EngineConfig(max_num_batched_tokens=8192)),
-        workload=spec, gateway=GatewayConfig(router="llm-d"), default_rate={"qps": 30.0},
-        capacity_horizon_s=DIURNAL_PERIOD_S)
+    return _codegen_at("diurnal-codegen", 30.0, curve, DIURNAL_PERIOD_S, 6,
+                       "codegen's requests at a diurnal rate (6-54 req/s, a day compressed to 30 min); "
+                       "up to 6 x H100 Qwen3-14B")
 
 
 def bursty_codegen() -> Scenario:
@@ -230,15 +231,8 @@ def bursty_codegen() -> Scenario:
     minutes: x4 (48 req/s) for t = 300-420 s and x3 (36 req/s) for t = 1080-1260 s, each
     reached and left over a 30 s ramp; at most 6 x H100 Qwen3-14B."""
     curve = [[0, 1], [270, 1], [300, 4], [420, 4], [450, 1], [1050, 1], [1080, 3], [1260, 3], [1290, 1]]
-    spec = WorkloadSpec(arrival=ArrivalSpec("poisson", 12.0, rate_curve=curve),
-                        input=_lognormal(1176, 600, 16, 8000), output=_lognormal(195, 150, 2, 2000),
-                        classes=_two_classes(0.3, 1.0, 0.1), duration_s=1800.0, name="bursty-codegen")
-    return Scenario(
-        name="bursty-codegen",
-        description="codegen's requests at 12 req/s with x4 and x3 bursts (2-3 min each); up to 6 x H100 Qwen3-14B",
-        cluster=ClusterConfig(instances=6, hardware="H100", model="qwen3-14b", latency_model="linear",
-                              engine=EngineConfig(max_num_batched_tokens=8192)),
-        workload=spec, gateway=GatewayConfig(router="llm-d"), default_rate={"qps": 12.0}, capacity_horizon_s=1800.0)
+    return _codegen_at("bursty-codegen", 12.0, curve, 1800.0, 6,
+                       "codegen's requests at 12 req/s with x4 and x3 bursts (2-3 min each); up to 6 x H100 Qwen3-14B")
 
 
 def pd_longprompt() -> Scenario:

@@ -37,7 +37,16 @@ import numpy as np
 import yaml
 
 from .errors import ConfigError
-from .validation import MAX_INSTANCES, MAX_SECONDS, Seed, check_keys, check_number, config_dataclass, invalid, ranged
+from .validation import (
+    MAX_INSTANCES,
+    MAX_SECONDS,
+    Seed,
+    check_keys,
+    check_number,
+    config_dataclass,
+    invalid,
+    ranged,
+)
 
 ON_CRASH = ("retry", "fail")
 KV_LOAD_FAILURE = ("fail", "recompute")

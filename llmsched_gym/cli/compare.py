@@ -26,8 +26,8 @@ from ..evaluation.harness import (
 )
 from ..evaluation.stats import lookup
 from ..faults import FaultSchedule
-from ..gateway.saturation import STALENESS_POLICIES
 from ..gateway.policy import ROLE_KEYS, parse_policy
+from ..gateway.saturation import STALENESS_POLICIES
 from ..scenarios import make_scenario
 from ..validation import check_name, check_output_dir, fallback_dir
 from . import tables
