@@ -100,8 +100,9 @@ class LookaheadPlanner(GatewayController):
             the base policy's own (``base``).
         base_flow: the compiled usage limit ``decision=flow`` keeps or replaces by a
             soft-reflective setting.
-        interval_s: seconds between flow decisions.
-        grid: settings per flow parameter (odd: the base is the centre).
+        interval_s: seconds between flow or admission decisions.
+        grid: settings per soft-reflective parameter (odd: centred on the base's), and the
+            rejection levels in [0, 1] of ``decision=admission``.
         samples: ``mpc``: sampled futures per candidate (common to all candidates).
         base_admission: the compiled admission policy ``decision=admission`` keeps or overrides.
     """
