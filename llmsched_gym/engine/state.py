@@ -105,6 +105,12 @@ from .steptime import N_PARAMS, lower
 from .units import prefix_classes, prefix_units, router_block_keys
 
 LAYOUT = constants()
+#: Per request record: its array, the rows of its ``content`` fields (what a request is),
+#: the other rows and their defaults (what happens to it); see EngineState.replace_future.
+_REQUEST_ROWS = tuple(
+    (rec.array, [k for k, f in enumerate(rec.fields) if f.content], [k for k, f in enumerate(rec.fields) if not f.content],
+     np.array([[f.default] for f in rec.fields if not f.content], rec.dtype))
+    for rec in ENTITIES["requests"])
 
 #: A prefix-cache table is indexed by key directly when that takes at most this many times
 #: the slots of a hashed one (see _table_size): never more memory than hashing.
@@ -486,10 +492,10 @@ class EngineState:
             raise ValueError(f"future arrival times must be ascending and not before now ({now:g} s)")
         m = min(len(like), int(self.req_off[c + 1]) - r0 - ptr)
         dst, src = np.arange(r0 + ptr, r0 + ptr + m), r0 + like[:m]
-        for rec in ENTITIES["requests"]:
-            arr = getattr(self, rec.array)
-            for k, f in enumerate(rec.fields):
-                arr[k, dst] = arr[k, src] if f.content else f.default  # a row past the workload holds a copy's past
+        for array, content, other, defaults in _REQUEST_ROWS:
+            arr = getattr(self, array)
+            arr[np.ix_(content, dst)] = arr[np.ix_(content, src)]
+            arr[np.ix_(other, dst)] = defaults  # a row past the workload may hold an earlier copy's past
         self.req_f[RF_ARRIVAL, dst] = arrival_s[:m]
         ci[CI_REQ1, c] = r0 + ptr + m
         return m
