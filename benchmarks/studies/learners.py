@@ -9,14 +9,16 @@ of the environment's cost and of the row's metric with 95% bootstrap intervals. 
 follows the declared rule: an agent *beats* the heuristic when the interval of its cost change
 lies below zero, is *worse* when it lies above, and *ties* otherwise; on flow-control rows it
 also needs the row's metric to improve, with sheddable goodput and SLO attainment within 5%.
-Seeds other than the declared ones are allowed for exploration, and the report then says that
-no verdict holds.
+Other seeds or horizons are allowed for exploration, and the report then says that no verdict
+holds.
 
 The heuristics' results are kept in ``--out/<row>.heuristics.json`` (keyed by seeds and
 horizon) so several agents are judged against one run of the heuristics.
 
     python benchmarks/studies/learners.py --row routing-toolagent --agents agents/pretrained/es-toolagent
     python benchmarks/studies/learners.py --row flow-codegen16 --agents runs/a,runs/b --no-tune
+    python benchmarks/studies/learners.py --row routing-coder --agents DIR --seeds 50,51,52 --horizon 60 \
+        --out results/learners-60s   # exploration: no verdict
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ def heuristics(name: str, row: Row, scenario, setup, seeds: list[int], tune: boo
 def verdict(row: Row, agent: dict, best: dict, declared: bool) -> str:
     _, lo, hi = paired_change(agent["cost"], best["cost"])
     if not declared:
-        return "no verdict (seeds not declared)"
+        return "no verdict (not the declared seeds and horizon)"
     if lo > 0:
         return "worse"
     if hi >= 0:
@@ -93,15 +95,16 @@ def verdict(row: Row, agent: dict, best: dict, declared: bool) -> str:
     return "beats" if metric_better and sides else "cost better; metric or side conditions not met"
 
 
-def judge(name: str, agents: list[str], seeds: list[int], tune: bool, out: Path) -> dict:
+def judge(name: str, agents: list[str], seeds: list[int], tune: bool, out: Path,
+          horizon_s: float | None = None) -> dict:
     row = ROWS[name]
     scenario = g.make_scenario(row.scenario, **row.kw)
-    scenario.horizon_s = row.horizon_s
+    scenario.horizon_s = row.horizon_s if horizon_s is None else horizon_s
     setup = make_setup(row.kind, scenario=scenario)
     results = heuristics(name, row, scenario, setup, seeds, tune, out)
     best = min(results, key=lambda h: np.mean(results[h]["cost"]))
-    declared = seeds == declared_seeds()
-    record = {"row": name, "seeds": seeds, "declared": declared, "best": best, "heuristics": results, "agents": {}}
+    declared = seeds == declared_seeds() and scenario.horizon_s == row.horizon_s
+    record = {"row": name, "seeds": seeds, "horizon_s": scenario.horizon_s, "declared": declared, "best": best, "heuristics": results, "agents": {}}
     for path in agents:
         start = time.perf_counter()
         res = run_policy(row, scenario, setup, f"agent:{path}", seeds)
@@ -123,11 +126,13 @@ def main(argv=None) -> None:
     ap.add_argument("--row", required=True, choices=sorted(ROWS), help="a row of benchmarks/studies/headroom.py")
     ap.add_argument("--agents", required=True, help="comma-separated agent directories (agent:PATH)")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: the declared evaluation seeds")
+    ap.add_argument("--horizon", type=float, default=None, help="simulated seconds (default: the row's; "
+                    "another horizon gives no verdict)")
     ap.add_argument("--no-tune", action="store_true", help="skip the tuned Bailian and AIBrix routers")
     ap.add_argument("--out", default="results/learners", help="directory for the JSON records")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else declared_seeds()
-    judge(args.row, [a for a in args.agents.split(",") if a], seeds, not args.no_tune, Path(args.out))
+    judge(args.row, [a for a in args.agents.split(",") if a], seeds, not args.no_tune, Path(args.out), args.horizon)
 
 
 if __name__ == "__main__":
