@@ -65,12 +65,13 @@ N_T = 5
 
 
 @njit(cache=True)
-def route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, choices):
+def route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c, ccount,
+              lat_p, choices):
     """Answer every cluster's pending routing decision with ``choices[c]``."""
     for c in range(len(choices)):
         clu_i[CI_STATUS, c] = ST_TIME
-        dispatch_decided(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c,
-                         clu_i[CI_PENDING, c], choices[c])
+        dispatch_decided(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t,
+                         win_c, ccount, lat_p, c, clu_i[CI_PENDING, c], choices[c])
 
 
 @njit(cache=True)
@@ -284,7 +285,8 @@ def step(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, 
     clu_i, clu_f, heap_t, heap_r, bkey, ix = (borrowed(clu_i), borrowed(clu_f), borrowed(heap_t), borrowed(heap_r),
                                               borrowed(bkey), borrowed(ix))
     if routing:
-        route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, choices)
+        route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
+                  ccount, lat_p, choices)
     else:
         for c in range(C):
             prev[c] = clu_i[CI_PTR, c]

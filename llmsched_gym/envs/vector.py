@@ -233,7 +233,7 @@ class LLMSchedVectorEnv(VectorEnv):
         until = np.inf
         if self.kind == "routing":
             batched.route_all(st.req_i, st.req_f, st.unit_i, st.inst_i, st.inst_f, st.ent, st.clu_i, st.clu_f,
-                              st.heap_t, st.heap_r, st.bkey, st.ix, actions)
+                              st.heap_t, st.heap_r, st.bkey, st.ix, st.win_t, st.win_c, st.ccount, st.lat_p, actions)
         else:
             self._apply_interval_actions(actions)
             until = self._t
