@@ -9,11 +9,11 @@ priority-weighted, censored at the copy's end, unserved requests charged the pen
 ``llmsched_gym.envs.core.episode_cost``), and sends the request where its copy cost least.
 
 The real cluster is routed from Python (``Simulator.take_over_routing``); its state keeps
-the base router's books (llm-d's and SGLang's prefix indexes, tokens sent), so a copy handed
-back to the compiled router continues exactly as the heuristic would. State a router keeps
-at decision time (LMetric's detector window, the TPOT windows of ``llm-d-predicted-latency``,
-``preble`` and ``polyserve``, round-robin's pointer) is not updated by decisions taken
-from Python: the copies continue from what it held when routing was taken over.
+the base router's books (llm-d's and SGLang's prefix indexes, tokens sent) and the state it
+keeps at decision time (round-robin's pointer, LMetric's detector window, Preble's TPOT
+window), updated by every decision as if the router had taken it itself, so a copy handed
+back to the compiled router continues exactly as the heuristic would
+(``tests/test_lookahead.py``, ``tests/test_route_state.py``).
 
 ``mode=oracle``: the copies see the true future arrivals (the workload itself). It is not a
 deployable policy, and not a proof of optimality either (one decision at a time, the base

@@ -156,16 +156,23 @@ def test_refuses_a_fault_schedule():
         make_policy("lookahead", "gateway").run(sc, 0)
 
 
-@pytest.mark.parametrize("base", ["llm-d", "least-tokens", "sglang-cache-aware", "jsq"])
-def test_copies_handed_back_to_the_router_find_its_books_current(base):
+@pytest.mark.parametrize("base, qps, instances, hand_back_s", [
+    ("llm-d", 30, 4, 3.0), ("least-tokens", 30, 4, 3.0), ("sglang-cache-aware", 30, 4, 3.0), ("jsq", 30, 4, 3.0),
+    ("round-robin", 30, 4, 3.0),
+    # Preble's cold-start TPOT estimate 0: a window that missed the decisions routes otherwise
+    ("preble:initial_tpot_s=0", 30, 4, 2.0),
+    ("lmetric", 60, None, 1.0),  # busy enough for the detector to flag classes in its first seconds
+])
+def test_copies_handed_back_to_the_router_find_its_books_current(base, qps, instances, hand_back_s):
     """Routing taken over by a planner (``take_over_routing``) keeps the compiled router's books
-    (llm-d's prefix index, tokens sent): a fork handed back to the router mid-run reproduces
-    the heuristic request for request."""
-    sc = _scenario("chatbot", horizon_s=6.0, qps=30, instances=4)
+    (llm-d's prefix index, tokens sent) and its route-time state (round-robin's pointer,
+    Preble's TPOT window, LMetric's detector window) current: a fork handed back to the router
+    mid-run reproduces the heuristic request for request."""
+    sc = _scenario("chatbot", horizon_s=6.0, qps=qps, **({"instances": instances} if instances else {}))
     heuristic = sc.simulator(5, router=base).run()
     sim = sc.simulator(5, router=base)
     router = sim.take_over_routing()
-    while sim.advance(3.0) == "route":
+    while sim.advance(hand_back_s) == "route":
         sim.route(router.route(sim.pending_info, sim.current_view()))
     copies = sim.state.forked(sim.c, 1)
     form = compiled_form(make_policy(base, "routing"), ROUTER_PY)
