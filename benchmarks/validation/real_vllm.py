@@ -6,6 +6,9 @@ Per run and metric, the absolute percentage error (APE) of:
   calibrated   the shipped ``vllm-calibrated`` coefficients (fitted on all the runs: in-sample),
   lomo         coefficients from ``calibrate`` fitted on the runs of the OTHER models only
                (leave-one-model-out, started from BLIS's coefficients),
+  lomo-phys    the same with ``calibrate --physical-prior`` (weight and KV reads at the GPU's peak
+               bandwidth, the all-reduce at NVLink's, b6 = 0; the overheads fitted, started from the
+               measured decode steps),
   BLIS         BLIS's own prediction for the run, as its authors published it (in-sample for BLIS),
 then the median and mean APE (MAPE) of each metric over the runs.
 
@@ -21,7 +24,17 @@ from pathlib import Path
 
 import numpy as np
 
-from llmsched_gym.calibration import FIT_PARAMS, ape, calibrate, load_runs, simulate_run, start_params
+from llmsched_gym.calibration import (
+    FIT_PARAMS,
+    PHYSICAL_PRIOR,
+    PHYSICAL_PRIOR_DECODE,
+    PHYSICAL_PRIOR_FIT,
+    ape,
+    calibrate,
+    load_runs,
+    simulate_run,
+    start_params,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 #: BLIS's names of its whole-run predictions.
@@ -42,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     runs = load_runs(args.runs)
     t0 = time.time()
-    apes = {k: {} for k in ("blis-tp", "calibrated", "lomo", "BLIS")}
+    apes = {k: {} for k in ("blis-tp", "calibrated", "lomo", "lomo-phys", "BLIS")}
     sims, lomo_params = {}, {}
     for run in runs:
         for col, kind in (("blis-tp", "blis-trained-physics"), ("calibrated", "vllm-calibrated")):
@@ -50,25 +63,29 @@ def main() -> None:
             sims.setdefault(run.key, {})[col] = got
             apes[col][run.key] = {m: ape(got[m], run.whole[m]) for m in SHOWN if m in run.whole}
         apes["BLIS"][run.key] = {m: ape(run.blis[k], run.whole[m]) for m, k in BLIS_KEYS.items()} if run.blis else {}
+    blis = start_params("blis-trained-physics")
+    procedures = {"lomo": {"base_params": blis, "fit": FIT_PARAMS},
+                  "lomo-phys": {"base_params": {**blis, **PHYSICAL_PRIOR}, "fit": PHYSICAL_PRIOR_FIT,
+                                "from_decode": PHYSICAL_PRIOR_DECODE}}
     for model in sorted({model_of(r) for r in runs}):
         fit_runs = [r for r in runs if model_of(r) != model]
-        params = calibrate(fit_runs, base="vllm-calibrated", base_params=start_params("blis-trained-physics"), fit=FIT_PARAMS,
-                           iterations=args.iterations)
-        lomo_params[model] = params
-        for run in runs:
-            if model_of(run) == model:
-                got = simulate_run(run, "vllm-calibrated", params)["whole"]
-                sims[run.key]["lomo"] = got
-                apes["lomo"][run.key] = {m: ape(got[m], run.whole[m]) for m in SHOWN if m in run.whole}
-        print(f"held out {model}: fitted on {len(fit_runs)} runs ({time.time() - t0:.0f} s)", flush=True)
+        for col, how in procedures.items():
+            params = calibrate(fit_runs, base="vllm-calibrated", iterations=args.iterations, **how)
+            lomo_params.setdefault(col, {})[model] = params
+            for run in runs:
+                if model_of(run) == model:
+                    got = simulate_run(run, "vllm-calibrated", params)["whole"]
+                    sims[run.key][col] = got
+                    apes[col][run.key] = {m: ape(got[m], run.whole[m]) for m in SHOWN if m in run.whole}
+            print(f"{col}: held out {model}, fitted on {len(fit_runs)} runs ({time.time() - t0:.0f} s)", flush=True)
 
-    print(f"\nAPE per run, % (blis-tp / calibrated / lomo / BLIS's own); {len(runs)} runs")
-    print(f"{'run':46s} " + " ".join(f"{m:>27s}" for m in ("ttft_mean", "e2e_mean", "itl_mean_nominal")))
+    print(f"\nAPE per run, % (blis-tp / calibrated / lomo / lomo-phys / BLIS's own); {len(runs)} runs")
+    print(f"{'run':46s} " + " ".join(f"{m:>32s}" for m in ("ttft_mean", "e2e_mean", "itl_mean_nominal")))
     for run in runs:
         cells = []
         for m in ("ttft_mean", "e2e_mean", "itl_mean_nominal"):
-            vals = [apes[c][run.key].get(m) for c in ("blis-tp", "calibrated", "lomo", "BLIS")]
-            cells.append("/".join(f"{v:.0f}" if v is not None else "-" for v in vals).rjust(27))
+            vals = [apes[c][run.key].get(m) for c in apes]
+            cells.append("/".join(f"{v:.0f}" if v is not None else "-" for v in vals).rjust(32))
         print(f"{run.key[:46]:46s} " + " ".join(cells))
     print("\nMAPE over the runs, % (median / mean)")
     summary = {}
