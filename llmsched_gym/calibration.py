@@ -197,39 +197,54 @@ PHYSICAL_PRIOR_FIT = ("a0", "b2a", "b5", "b7")
 PHYSICAL_PRIOR_DECODE = ("b2a", "b5", "b7")
 
 
-def decode_start(runs: list[MeasuredRun], base: str, params: dict, solve: tuple[str, ...]) -> dict:
-    """``params`` with the ``solve`` step coefficients solved, by linear least squares, from the
-    measured decode steps: a starting point for :func:`calibrate` that does not depend on the
-    base's overheads (the fit has several minima along the overheads; BLIS's 126 us fixed cost
-    can lead it into one that prices a held-out model's steps 30% short).
-
-    Per measured stage, the step is (ITL nominal - a2 - a1 / (output - 1)) at the concurrency
-    rate x E2E mean (Little's law), each sequence holding prompt + output / 2 tokens. The model is
-    linear in its step coefficients, so each solved one's column is the step with it alone at 1;
-    rows are relative errors, each run weighted equally. A coefficient that solves negative (or
-    whose column is zero: the prefill terms, as every row is decode-only) keeps ``params``' value,
-    floored at 1e-3 so that its logarithm can be fitted.
+def decode_steps(runs: list[MeasuredRun], a1: float, a2: float) -> list[tuple[MeasuredRun, float, float, float, float]]:
+    """The measured decode step of every stage: ``(run, rate, n, ctx, step_us)`` with ``n`` the
+    concurrency rate x E2E mean (Little's law), ``ctx`` the tokens each sequence holds on average
+    (prompt + output / 2) and the step (ITL nominal - a2 - a1 / (output - 1)); stages without
+    ``itl_mean_nominal`` or ``e2e_mean`` are skipped.
 
     Args:
-        runs: measured runs (stages without ``itl_mean_nominal`` or ``e2e_mean`` are skipped).
+        runs: measured runs.
+        a1, a2: the completion and per-token overheads (us) the ITL carries besides the steps.
+    """
+    out = []
+    for run in runs:
+        w = run.workload
+        length, ctx = float(w["output_len"]), float(w["system_prompt_len"] + w["question_len"]) + w["output_len"] / 2
+        for rate, _, st in run.stages:
+            if st.get("itl_mean_nominal") and st.get("e2e_mean"):
+                step = st["itl_mean_nominal"] * 1e3 - a2 - a1 / max(length - 1, 1.0)
+                out.append((run, rate, rate * st["e2e_mean"] * 1e-3, ctx, step))
+    return out
+
+
+def decode_start(runs: list[MeasuredRun], base: str, params: dict, solve: tuple[str, ...]) -> dict:
+    """``params`` with the ``solve`` step coefficients solved, by linear least squares, from the
+    measured decode steps (:func:`decode_steps`): a starting point for :func:`calibrate` that does
+    not depend on the base's overheads (the fit has several minima along the overheads; BLIS's
+    126 us fixed cost can lead it into one that prices a held-out model's steps 30% short).
+
+    The model is linear in its step coefficients, so each solved one's column is the step with it
+    alone at 1; rows are relative errors, each run weighted equally. A coefficient that solves
+    negative (or whose column is zero: the prefill terms, as every row is decode-only) keeps
+    ``params``' value, floored at 1e-3 so that its logarithm can be fitted.
+
+    Args:
+        runs: measured runs.
         base: the trained-physics kind whose terms price the steps.
         params: every coefficient (the others price the part the solved ones do not).
         solve: the coefficients solved; only those in :data:`STEP_PARAMS` are.
     """
     cols = [p for p in solve if p in STEP_PARAMS]
     zero = {p: 0.0 for p in STEP_PARAMS}
+    fixed = {p: v for p, v in params.items() if p in STEP_PARAMS and p not in cols}
     rows, targets = [], []
-    for run in runs:
-        w, stages = run.workload, [(r, st) for r, _, st in run.stages if st.get("itl_mean_nominal") and st.get("e2e_mean")]
-        out, ctx = float(w["output_len"]), float(w["system_prompt_len"] + w["question_len"]) + w["output_len"] / 2
-        for rate, st in stages:
-            n = rate * st["e2e_mean"] * 1e-3
-            step = st["itl_mean_nominal"] * 1e3 - params["a2"] - params["a1"] / max(out - 1, 1.0)
-            fixed = {p: v for p, v in params.items() if p in STEP_PARAMS and p not in cols}
-            rows.append([_decode_step(run, base, {**params, **zero, p: 1.0}, n, ctx) / step / math.sqrt(len(stages))
-                         for p in cols])
-            targets.append((step - _decode_step(run, base, {**params, **zero, **fixed}, n, ctx)) / step
-                           / math.sqrt(len(stages)))
+    steps = decode_steps(runs, params["a1"], params["a2"])
+    per_run = {run.key: sum(r.key == run.key for r, *_ in steps) for run, *_ in steps}
+    for run, _, n, ctx, step in steps:
+        k = math.sqrt(per_run[run.key])
+        rows.append([decode_step_us(run, base, {**params, **zero, p: 1.0}, n, ctx) / step / k for p in cols])
+        targets.append((step - decode_step_us(run, base, {**params, **zero, **fixed}, n, ctx)) / step / k)
     if not rows or not cols:
         return dict(params)
     A = np.array(rows)
@@ -238,7 +253,7 @@ def decode_start(runs: list[MeasuredRun], base: str, params: dict, solve: tuple[
     return {**params, **{p: float(max(x if ok and x > 0 else params[p], 1e-3)) for p, x, ok in zip(cols, solved, use)}}
 
 
-def _decode_step(run: MeasuredRun, base: str, params: dict, n: float, ctx: float) -> float:
+def decode_step_us(run: MeasuredRun, base: str, params: dict, n: float, ctx: float) -> float:
     """Step time (us) of ``n`` decoding sequences of ``ctx`` tokens each under ``params``."""
     from .engine.latency import make_latency_model
 

@@ -13,6 +13,9 @@ Per run and metric, the absolute percentage error (APE) of:
 then the median and mean APE (MAPE) of each metric over the runs.
 
     PYTHONPATH=. python benchmarks/validation/real_vllm.py [--runs ../shared/real_vllm/runs.json] [--json out.json]
+
+``--steps`` prints instead, per measured stage, the decode step the client's ITL implies and the
+part of it that weight and KV reads at the GPU's peak bandwidth explain (no simulation).
 """
 
 from __future__ import annotations
@@ -29,12 +32,16 @@ from llmsched_gym.calibration import (
     PHYSICAL_PRIOR,
     PHYSICAL_PRIOR_DECODE,
     PHYSICAL_PRIOR_FIT,
+    STEP_PARAMS,
     ape,
     calibrate,
+    decode_step_us,
+    decode_steps,
     load_runs,
     simulate_run,
     start_params,
 )
+from llmsched_gym.engine.latency import VLLM_CALIBRATED
 
 ROOT = Path(__file__).resolve().parents[2]
 #: BLIS's names of its whole-run predictions.
@@ -47,13 +54,27 @@ def model_of(run) -> str:
     return run.model["name"]
 
 
+def print_steps(runs) -> None:
+    """Per stage: concurrency, the step's weight and KV reads at peak HBM bandwidth (ms), the
+    measured step (ms) and what the reads leave unexplained (ms)."""
+    reads = {**{p: 0.0 for p in STEP_PARAMS}, "b2b": 1.0, "b3": 1.0}
+    print(f"{'run':40s} {'tp':>2s} {'rate':>5s} {'batch':>6s} {'reads':>7s} {'step':>7s} {'rest':>6s}")
+    for run, rate, n, ctx, step in decode_steps(runs, VLLM_CALIBRATED["a1"], VLLM_CALIBRATED["a2"]):
+        rd = decode_step_us(run, "vllm-calibrated", reads, n, ctx)
+        print(f"{run.key[:40]:40s} {run.tp:2d} {rate:5.1f} {n:6.1f} {rd / 1e3:7.2f} {step / 1e3:7.2f} {(step - rd) / 1e3:6.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(ROOT.parent / "shared" / "real_vllm" / "runs.json"))
     ap.add_argument("--json", help="write every number of the tables to this file")
     ap.add_argument("--iterations", type=int, default=12)
+    ap.add_argument("--steps", action="store_true", help="print the measured decode steps and exit")
     args = ap.parse_args()
     runs = load_runs(args.runs)
+    if args.steps:
+        print_steps(runs)
+        return
     t0 = time.time()
     apes = {k: {} for k in ("blis-tp", "calibrated", "lomo", "lomo-phys", "BLIS")}
     sims, lomo_params = {}, {}
