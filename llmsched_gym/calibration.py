@@ -12,6 +12,9 @@ turns one into a :class:`~llmsched_gym.scenarios.Scenario` (public interface onl
 per-stage means of a set of runs, under the runs' own open-loop arrivals:
 Levenberg-Marquardt on log errors (Huber loss), with the Jacobian taken by finite
 differences (each coefficient perturbed by 5%) over simulations of the runs.
+:data:`PHYSICAL_PRIOR` (``calibrate --physical-prior``) holds the terms a held-out model cannot
+identify at values priced from the hardware, and :func:`decode_start` starts the overheads from
+the measured decode steps (:func:`decode_steps`).
 """
 
 from __future__ import annotations
@@ -266,10 +269,9 @@ def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_param
               iterations: int = 12, max_stage_s: float | None = None, seed: int = 0, huber: float = 0.1,
               from_decode: tuple[str, ...] = (), log=None) -> dict:
     """Fit ``fit`` coefficients of the ``base`` trained-physics model to the per-stage
-    ``metrics`` of ``runs``; returns the fitted coefficients (all of the model's, as
-    ``{name: value}``) and the last per-run errors.
+    ``metrics`` of ``runs``; returns the coefficients (all of the model's, as ``{name: value}``).
 
-    Each coefficient is fitted as the log of its ratio to the base value (so it stays
+    Each coefficient is fitted as the log of its ratio to the base value (so it stays positive);
     residuals are log(sim / measured) per (run, stage, metric), each run
     weighted equally, under a Huber loss (quadratic up to ``huber``, 0.1 = ~10%, linear
     beyond: one run the model cannot explain does not drag every other). A step that does
