@@ -163,19 +163,23 @@ def test_async_scheduling_delays_outputs_by_one_iteration():
 
 
 @NEEDS_CONFIGS
-@pytest.mark.parametrize(("tp", "kv_dtype"), [(1, "auto"), (2, "auto"), (1, "fp8")])
-def test_decode_kv_read_is_every_sequence_whole_context_once(tp, kv_dtype):
-    """Llama-2-7B (MHA): 32 layers x 32 KV heads x 128 dims x 2 (K, V) x 2 bytes = 0.5 MiB a
-    token, hand-computed; a decode step reads each sequence's whole context (paged attention)
-    once, split over the TP ranks. Only b2b (the KV-read term) is non-zero here."""
+@pytest.mark.parametrize(("name", "per_token", "tp", "kv_dtype"), [
+    ("Llama-2-7b-hf", 32 * 32 * 128 * 2 * 2, 1, "auto"),  # MHA: 32 KV heads, 0.5 MiB a token
+    ("Llama-2-7b-hf", 32 * 32 * 128 * 2 * 2, 2, "auto"),
+    ("Llama-2-7b-hf", 32 * 32 * 128 * 2 * 1, 1, "fp8"),
+    ("Qwen2.5-7B-Instruct", 28 * 4 * 128 * 2 * 2, 1, "auto"),  # GQA: 4 KV heads of 28 query heads
+])
+def test_decode_kv_read_is_every_sequence_whole_context_once(name, per_token, tp, kv_dtype):
+    """KV bytes per token, hand-computed as layers x KV heads x head dim x 2 (K, V) x bytes; a
+    decode step reads each sequence's whole context (paged attention) once, split over the TP
+    ranks. Only b2b (the KV-read term) is non-zero here."""
     from llmsched_gym.engine.latency import VllmCalibratedModel
     from llmsched_gym.engine.steptime import lower, step_us
 
-    cfg = str(SHARED / "model_configs" / "Llama-2-7b-hf" / "config.json")
+    cfg = str(SHARED / "model_configs" / name / "config.json")
     zero = {k: 0.0 for k in VLLM_CALIBRATED if k.startswith("b")}
     m = VllmCalibratedModel("H100", {"config": cfg, "kv_cache_dtype": kv_dtype}, tp, **{**zero, "b2b": 1.0})
-    per_token = 32 * 32 * 128 * 2 * (2 if kv_dtype == "auto" else 1)
-    assert per_token == (2 ** 19 if kv_dtype == "auto" else 2 ** 18) == m.model.kv_bytes_per_token
+    assert m.model.kv_bytes_per_token == per_token
     contexts, n = 3 * 700, 3  # three sequences of 700 tokens, each reading its context + its new token
     want = per_token * (contexts + n) / tp / m.hardware.bytes_per_us
     assert m.step_time_us(np.zeros(0), np.zeros(0), n, contexts) == pytest.approx(want, rel=1e-12)
