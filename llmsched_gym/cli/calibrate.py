@@ -49,6 +49,10 @@ def cmd_calibrate(args) -> int:
     from_decode = tuple(p.strip() for p in (args.from_decode or "").split(",") if p.strip())
     if args.physical_prior and not from_decode:
         from_decode = tuple(p for p in PHYSICAL_PRIOR_DECODE if p in fit)
+    loose = [p for p in from_decode if p not in fit or p not in STEP_PARAMS]
+    if loose:
+        raise ConfigError(f"--from-decode {loose[0]!r} is invalid; give fitted step coefficients: "
+                          + ", ".join(p for p in fit if p in STEP_PARAMS))
     metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
     bad = [m for m in metrics if m not in METRICS]
     if bad:
