@@ -126,6 +126,8 @@ def test_calibrate_command(tmp_path, capsys):
     assert "--holdout-model 'nope' is not a model" in capsys.readouterr().err
     assert main(["calibrate", "--runs", str(src), "--out", str(out), "--physical-prior", "--fit", "a0,b3"]) == 2
     assert "--fit 'b3' contradicts --physical-prior" in capsys.readouterr().err
+    assert main(["calibrate", "--runs", str(src), "--out", str(out), "--physical-prior", "--from-decode", "b6"]) == 2
+    assert "--from-decode 'b6' is invalid; give fitted step coefficients: b2a, b5, b7" in capsys.readouterr().err
     assert main(["calibrate", "--runs", str(src), "--out", str(out), "--physical-prior", "--fit", "a0,b7",
                  "--iterations", "2"]) == 0
     fit = json.loads(out.read_text())
