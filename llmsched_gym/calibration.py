@@ -12,6 +12,9 @@ turns one into a :class:`~llmsched_gym.scenarios.Scenario` (public interface onl
 per-stage means of a set of runs, under the runs' own open-loop arrivals:
 Levenberg-Marquardt on log errors (Huber loss), with the Jacobian taken by finite
 differences (each coefficient perturbed by 5%) over simulations of the runs.
+:data:`PHYSICAL_PRIOR` (``calibrate --physical-prior``) holds the terms a held-out model cannot
+identify at values priced from the hardware, and :func:`decode_start` starts the overheads from
+the measured decode steps (:func:`decode_steps`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .engine.hardware import get_hardware
+from .engine.hardware import get_hardware, get_kv_link
 from .engine.latency import _KINDS, _overridable, load_latency_file
 from .errors import ConfigError
 from .scenarios import scenario_from_dict
-from .validation import atomic_write_text
+from .validation import atomic_write_text, check_number, invalid
 from .workloads.inference_perf import InferencePerfProfile
 
 #: Statistics compared, as named in the measured runs (ms).
@@ -183,19 +186,98 @@ def ape(sim: float, real: float) -> float:
     return abs(sim - real) / abs(real) * 100.0
 
 
+#: Step-time coefficients of the trained-physics models (a0, a1, a2 delay requests, not steps).
+STEP_PARAMS = ("b1a", "b1b", "b2a", "b2b", "b3", "b4", "b5", "b6", "b7")
+#: ``calibrate --physical-prior``: what a held-out model cannot identify is priced from the hardware,
+#: not fitted: weights and KV read at the GPU's peak HBM bandwidth (b3 = b2b = 1, the roofline), the
+#: TP all-reduce at NVLink's (b4 = HBM / NVLink bandwidth, H100: 3.35 TB/s over 450 GB/s a
+#: direction; the term is written over HBM bandwidth), the per-request cost through the decode
+#: FLOPs only (b6 = 0). The overheads a0, b2a, b5, b7 are fitted, the last three started from the
+#: measured decode steps (:func:`decode_start`).
+PHYSICAL_PRIOR = {"b2b": 1.0, "b3": 1.0, "b4": get_hardware("H100").hbm_tbps * 1e3 / get_kv_link("nvlink").gbps,
+                  "b6": 0.0}
+PHYSICAL_PRIOR_FIT = ("a0", "b2a", "b5", "b7")
+PHYSICAL_PRIOR_DECODE = ("b2a", "b5", "b7")
+
+
+def decode_steps(runs: list[MeasuredRun], a1: float, a2: float) -> list[tuple[MeasuredRun, float, float, float, float]]:
+    """The measured decode step of every stage: ``(run, rate, n, ctx, step_us)`` with ``n`` the
+    concurrency rate x E2E mean (Little's law), ``ctx`` the tokens each sequence holds on average
+    (prompt + output / 2) and the step (ITL nominal - a2 - a1 / (output - 1)); stages without
+    ``itl_mean_nominal`` or ``e2e_mean`` are skipped.
+
+    Args:
+        runs: measured runs.
+        a1, a2: the completion and per-token overheads (us) the ITL carries besides the steps.
+    """
+    out = []
+    for run in runs:
+        w = run.workload
+        length, ctx = float(w["output_len"]), float(w["system_prompt_len"] + w["question_len"]) + w["output_len"] / 2
+        for rate, _, st in run.stages:
+            if st.get("itl_mean_nominal") and st.get("e2e_mean"):
+                step = st["itl_mean_nominal"] * 1e3 - a2 - a1 / max(length - 1, 1.0)
+                out.append((run, rate, rate * st["e2e_mean"] * 1e-3, ctx, step))
+    return out
+
+
+def decode_start(runs: list[MeasuredRun], base: str, params: dict, solve: tuple[str, ...]) -> dict:
+    """``params`` with the ``solve`` step coefficients solved, by linear least squares, from the
+    measured decode steps (:func:`decode_steps`): a starting point for :func:`calibrate` that does
+    not depend on the base's overheads (the fit has several minima along the overheads; BLIS's
+    126 us fixed cost can lead it into one that prices a held-out model's steps 30% short).
+
+    The model is linear in its step coefficients, so each solved one's column is the step with it
+    alone at 1; rows are relative errors, each run weighted equally. A coefficient that solves
+    negative (or whose column is zero: the prefill terms, as every row is decode-only) keeps
+    ``params``' value, floored at 1e-3 so that its logarithm can be fitted.
+
+    Args:
+        runs: measured runs.
+        base: the trained-physics kind whose terms price the steps.
+        params: every coefficient (the others price the part the solved ones do not).
+        solve: the coefficients solved; only those in :data:`STEP_PARAMS` are.
+    """
+    cols = [p for p in solve if p in STEP_PARAMS]
+    zero = {p: 0.0 for p in STEP_PARAMS}
+    fixed = {p: v for p, v in params.items() if p in STEP_PARAMS and p not in cols}
+    rows, targets = [], []
+    steps = decode_steps(runs, params["a1"], params["a2"])
+    per_run = {run.key: sum(r.key == run.key for r, *_ in steps) for run, *_ in steps}
+    for run, _, n, ctx, step in steps:
+        k = math.sqrt(per_run[run.key])
+        rows.append([decode_step_us(run, base, {**params, **zero, p: 1.0}, n, ctx) / step / k for p in cols])
+        targets.append((step - decode_step_us(run, base, {**params, **zero, **fixed}, n, ctx)) / step / k)
+    if not rows or not cols:
+        return dict(params)
+    A = np.array(rows)
+    solved = np.linalg.lstsq(A, np.array(targets), rcond=None)[0]
+    use = np.abs(A).sum(axis=0) > 0
+    return {**params, **{p: float(max(x if ok and x > 0 else params[p], 1e-3)) for p, x, ok in zip(cols, solved, use)}}
+
+
+def decode_step_us(run: MeasuredRun, base: str, params: dict, n: float, ctx: float) -> float:
+    """Step time (us) of ``n`` decoding sequences of ``ctx`` tokens each under ``params``."""
+    from .engine.latency import make_latency_model
+
+    m = make_latency_model(base, run.hardware, run.model, run.tp, **params)
+    return float(m.step_time_us(np.zeros(0), np.zeros(0), n, n * ctx))
+
+
 def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_params: dict | None = None,
               fit: tuple[str, ...] = FIT_PARAMS, metrics: tuple[str, ...] = ("ttft_mean", "e2e_mean"),
               iterations: int = 12, max_stage_s: float | None = None, seed: int = 0, huber: float = 0.1,
-              log=None) -> dict:
+              from_decode: tuple[str, ...] = (), log=None) -> dict:
     """Fit ``fit`` coefficients of the ``base`` trained-physics model to the per-stage
-    ``metrics`` of ``runs``; returns the fitted coefficients (all of the model's, as
-    ``{name: value}``) and the last per-run errors.
+    ``metrics`` of ``runs``; returns the coefficients (all of the model's, as ``{name: value}``).
 
-    Each coefficient is fitted as the log of its ratio to the base value (so it stays
+    Each coefficient is fitted as the log of its ratio to the base value (so it stays positive);
     residuals are log(sim / measured) per (run, stage, metric), each run
     weighted equally, under a Huber loss (quadratic up to ``huber``, 0.1 = ~10%, linear
     beyond: one run the model cannot explain does not drag every other). A step that does
-    not lower the cost is retried with more damping (Levenberg-Marquardt).
+    not lower the cost is retried with more damping (Levenberg-Marquardt). ``from_decode``: step
+    coefficients whose starting values are solved from the measured decode steps
+    (:func:`decode_start`) instead of taken from ``base_params``.
     """
     cls = _KINDS.get(base)
     if cls is None or not issubclass(cls, _KINDS["blis-trained-physics"]):
@@ -205,9 +287,14 @@ def calibrate(runs: list[MeasuredRun], base: str = "vllm-calibrated", base_param
     defaults = {p.name: p.default for p in inspect.signature(cls.__init__).parameters.values()
                 if p.name in _overridable(cls) and p.name != "integer_us"}
     start = {**defaults, **(base_params or {})}
-    bad = [p for p in fit if p not in defaults]
+    bad = [p for p in fit if p not in defaults] + [p for p in from_decode if p not in STEP_PARAMS or p not in fit]
     if bad:
-        raise ConfigError(f"calibrate: coefficients {bad} are not known; allowed: {', '.join(defaults)}")
+        raise ConfigError(f"calibrate: coefficients {bad} are not known or not fitted; allowed: {', '.join(defaults)}"
+                          f" (from_decode: fitted ones of {', '.join(STEP_PARAMS)})")
+    if from_decode:
+        start = decode_start(runs, base, start, tuple(from_decode))
+        if log:
+            log("decode start: " + ", ".join(f"{p}={start[p]:.4g}" for p in from_decode))
     ref = {p: (start[p] if start[p] > 0 else 1.0) for p in fit}
     theta = np.array([math.log(start[p] / ref[p]) if start[p] > 0 else 0.0 for p in fit])
 
@@ -298,6 +385,28 @@ def start_params(spec: str | None) -> dict:
     if _P(spec).is_file():
         return load_latency_file(spec)[1]
     raise ConfigError(f"--start {spec!r} is invalid; give blis-trained-physics, vllm-calibrated or a latency-model file")
+
+
+def parse_coefficients(option: str, spec: str | None, allowed) -> dict:
+    """``NAME=VALUE,...`` (e.g. ``--set b7=2000,b6=0``) as ``{name: value}``.
+
+    Raises:
+        ConfigError: an item without ``=``, a name not in ``allowed`` or a value that is not a
+            finite number >= 0; the message names the item.
+    """
+    out = {}
+    for item in (spec or "").split(","):
+        if not item.strip():
+            continue
+        name, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or name not in allowed:
+            raise invalid(option, item.strip(), f"give NAME=VALUE with NAME one of {', '.join(allowed)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise invalid(f"{option} {name}", value, "it must be a finite number >= 0") from None
+        out[name] = check_number(f"{option} {name}", number, ge=0.0)
+    return out
 
 
 def model_of(run: MeasuredRun) -> str:

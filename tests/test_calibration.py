@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 from llmsched_gym.calibration import (
+    PHYSICAL_PRIOR,
     MeasuredRun,
     calibrate,
+    decode_start,
     load_runs,
+    parse_coefficients,
     run_scenario,
     simulate_run,
     write_latency_file,
@@ -58,6 +61,35 @@ def test_calibration_recovers_known_coefficients():
     assert all(got[k] == VLLM_CALIBRATED[k] for k in untouched)
 
 
+@NEEDS_CONFIGS
+def test_physical_prior_recovers_the_overheads_from_the_decode_start():
+    """Runs simulated under the physical prior (b2b = b3 = 1, b4 from NVLink, b6 = 0) and known
+    overheads: the linear decode start lands near them (Little's law and a mean context are
+    approximations) and the fit from there recovers them."""
+    true = {**PHYSICAL_PRIOR, "a0": 9000.0, "b2a": 1.5, "b7": 2000.0}
+    runs = _runs(measured_from=true)
+    start = {**PHYSICAL_PRIOR, "a0": 15000.0, "b2a": 0.1, "b7": 100.0}  # far from the truth, as BLIS's are
+    fit = ("a0", "b2a", "b7")
+    first = decode_start(runs, "vllm-calibrated", {**VLLM_CALIBRATED, **start}, fit)
+    assert first["a0"] == 15000.0  # a0 delays arrivals: no decode signal, kept
+    assert first["b7"] == pytest.approx(2000.0, rel=0.15) and first["b2a"] == pytest.approx(1.5, rel=0.5)
+    got = calibrate(runs, base="vllm-calibrated", base_params=start, fit=fit, iterations=15, from_decode=("b2a", "b7"))
+    tolerance = {"a0": 0.02, "b2a": 0.1, "b7": 0.03}
+    for k in fit:
+        assert got[k] == pytest.approx(true[k], rel=tolerance[k]), (k, got[k])
+    assert all(got[k] == v for k, v in PHYSICAL_PRIOR.items())
+
+
+def test_coefficient_lists_are_checked():
+    assert parse_coefficients("--set", "b7=2000, b6=0", ("b6", "b7")) == {"b7": 2000.0, "b6": 0.0}
+    with pytest.raises(ConfigError, match=r"--set='b9=1' is invalid; give NAME=VALUE with NAME one of b6, b7"):
+        parse_coefficients("--set", "b9=1", ("b6", "b7"))
+    with pytest.raises(ConfigError, match=r"--set b7='fast' is invalid; it must be a finite number >= 0"):
+        parse_coefficients("--set", "b7=fast", ("b6", "b7"))
+    with pytest.raises(ConfigError, match=r"--set b7=-1.0 is invalid"):
+        parse_coefficients("--set", "b7=-1", ("b6", "b7"))
+
+
 def test_latency_file_round_trip_and_cli(tmp_path):
     path = tmp_path / "lat.json"
     write_latency_file(path, "vllm-calibrated", {**VLLM_CALIBRATED, "b3": 1.25}, {"note": "test"})
@@ -92,6 +124,15 @@ def test_calibrate_command(tmp_path, capsys):
     assert len(fit["fit"]["errors_pct"]) == 3
     assert main(["calibrate", "--runs", str(src), "--out", str(out), "--holdout-model", "nope"]) == 2
     assert "--holdout-model 'nope' is not a model" in capsys.readouterr().err
+    assert main(["calibrate", "--runs", str(src), "--out", str(out), "--physical-prior", "--fit", "a0,b3"]) == 2
+    assert "--fit 'b3' contradicts --physical-prior" in capsys.readouterr().err
+    assert main(["calibrate", "--runs", str(src), "--out", str(out), "--physical-prior", "--from-decode", "b6"]) == 2
+    assert "--from-decode 'b6' is invalid; give fitted step coefficients: b2a, b5, b7" in capsys.readouterr().err
+    assert main(["calibrate", "--runs", str(src), "--out", str(out), "--physical-prior", "--fit", "a0,b7",
+                 "--iterations", "2"]) == 0
+    fit = json.loads(out.read_text())
+    assert fit["fit"]["from_decode"] == ["b7"] and fit["fit"]["fixed"] == PHYSICAL_PRIOR
+    assert all(fit["params"][k] == v for k, v in PHYSICAL_PRIOR.items())
 
 
 @pytest.mark.skipif(not (SHARED / "runs.json").is_file(), reason="the real-vLLM runs are not beside the repo")
@@ -121,3 +162,28 @@ def test_async_scheduling_delays_outputs_by_one_iteration():
     assert t1.first_token_t[0] - t0.first_token_t[0] == pytest.approx(prefill, rel=1e-9)
     assert t1.finish_t[0] - t0.finish_t[0] == pytest.approx(decode, rel=1e-9)
     assert t1.outcome[0] == t0.outcome[0] == 1
+
+
+@NEEDS_CONFIGS
+@pytest.mark.parametrize(("name", "per_token", "tp", "kv_dtype"), [
+    ("Llama-2-7b-hf", 32 * 32 * 128 * 2 * 2, 1, "auto"),  # MHA: 32 KV heads, 0.5 MiB a token
+    ("Llama-2-7b-hf", 32 * 32 * 128 * 2 * 2, 2, "auto"),
+    ("Llama-2-7b-hf", 32 * 32 * 128 * 2 * 1, 1, "fp8"),
+    ("Qwen2.5-7B-Instruct", 28 * 4 * 128 * 2 * 2, 1, "auto"),  # GQA: 4 KV heads of 28 query heads
+])
+def test_decode_kv_read_is_every_sequence_whole_context_once(name, per_token, tp, kv_dtype):
+    """KV bytes per token, hand-computed as layers x KV heads x head dim x 2 (K, V) x bytes; a
+    decode step reads each sequence's whole context (paged attention) once, split over the TP
+    ranks. Only b2b (the KV-read term) is non-zero here."""
+    from llmsched_gym.engine.latency import VllmCalibratedModel
+    from llmsched_gym.engine.steptime import lower, step_us
+
+    cfg = str(SHARED / "model_configs" / name / "config.json")
+    zero = {k: 0.0 for k in VLLM_CALIBRATED if k.startswith("b")}
+    m = VllmCalibratedModel("H100", {"config": cfg, "kv_cache_dtype": kv_dtype}, tp, **{**zero, "b2b": 1.0})
+    assert m.model.kv_bytes_per_token == per_token
+    contexts, n = 3 * 700, 3  # three sequences of 700 tokens, each reading its context + its new token
+    want = per_token * (contexts + n) / tp / m.hardware.bytes_per_us
+    assert m.step_time_us(np.zeros(0), np.zeros(0), n, contexts) == pytest.approx(want, rel=1e-12)
+    kind, p = lower(m)
+    assert step_us(kind, p, False, 0, 0.0, 0.0, 0.0, n, float(contexts)) == pytest.approx(want, rel=1e-12)

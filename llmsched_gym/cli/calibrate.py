@@ -9,11 +9,16 @@ import numpy as np
 from ..calibration import (
     FIT_PARAMS,
     METRICS,
+    PHYSICAL_PRIOR,
+    PHYSICAL_PRIOR_DECODE,
+    PHYSICAL_PRIOR_FIT,
+    STEP_PARAMS,
     calibrate,
     error_rows,
     errors,
     load_runs,
     model_of,
+    parse_coefficients,
     start_params,
     write_latency_file,
 )
@@ -33,14 +38,28 @@ def cmd_calibrate(args) -> int:
     fit_runs = [r for r in runs if model_of(r) not in held_models]
     if not fit_runs:
         raise ConfigError("--holdout-model leaves no run to fit")
-    fit = tuple(p.strip() for p in args.fit.split(",") if p.strip())
+    default_fit = PHYSICAL_PRIOR_FIT if args.physical_prior else FIT_PARAMS
+    fit = tuple(p.strip() for p in (args.fit or ",".join(default_fit)).split(",") if p.strip())
+    fixed = {**(PHYSICAL_PRIOR if args.physical_prior else {}),
+             **parse_coefficients("--set", args.set, (*STEP_PARAMS, "a0", "a1", "a2"))}
+    clash = [p for p in fit if args.physical_prior and p in PHYSICAL_PRIOR]
+    if clash:
+        raise ConfigError(f"--fit {clash[0]!r} contradicts --physical-prior, which holds "
+                          + ", ".join(f"{k} = {v:.4g}" for k, v in PHYSICAL_PRIOR.items()))
+    from_decode = tuple(p.strip() for p in (args.from_decode or "").split(",") if p.strip())
+    if args.physical_prior and not from_decode:
+        from_decode = tuple(p for p in PHYSICAL_PRIOR_DECODE if p in fit)
+    loose = [p for p in from_decode if p not in fit or p not in STEP_PARAMS]
+    if loose:
+        raise ConfigError(f"--from-decode {loose[0]!r} is invalid; give fitted step coefficients: "
+                          + ", ".join(p for p in fit if p in STEP_PARAMS))
     metrics = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
     bad = [m for m in metrics if m not in METRICS]
     if bad:
         raise ConfigError(f"--metrics {bad[0]!r} is not known; allowed: {', '.join(METRICS)}")
     print(f"fitting {', '.join(fit)} of {args.base} on {len(fit_runs)} runs ({len(runs) - len(fit_runs)} held out)")
-    params = calibrate(fit_runs, base=args.base, base_params=start_params(args.start), fit=fit, metrics=metrics,
-                       iterations=args.iterations, log=print)
+    params = calibrate(fit_runs, base=args.base, base_params={**start_params(args.start), **fixed}, fit=fit, metrics=metrics,
+                       iterations=args.iterations, from_decode=from_decode, log=print)
     rows = errors(runs, args.base, params)
     held = {r.key for r in runs if model_of(r) in held_models}
     table = error_rows(rows, held)
@@ -56,6 +75,7 @@ def cmd_calibrate(args) -> int:
             print(f"{group}: " + "; ".join(f"{m} median {v['median']:.1f}% mean {v['mean']:.1f}%"
                                              for m, v in summary[group].items()))
     write_latency_file(args.out, args.base, params, {"runs": str(args.runs), "fit": list(fit), "metrics": list(metrics),
+                                                      "fixed": fixed, "from_decode": list(from_decode),
                                                       "held_out_models": sorted(held_models), "errors_pct": table,
                                                       "summary_pct": summary})
     print(f"wrote {args.out} (use it with --latency-model {args.out})")
@@ -73,7 +93,19 @@ def add_cli(subparsers) -> None:
     p.add_argument("--out", required=True, help="latency-model file to write (JSON)")
     p.add_argument("--base", default="vllm-calibrated", help="step-time model whose coefficients are fitted "
                    "(vllm-calibrated or blis-trained-physics; the others keep its values)")
-    p.add_argument("--fit", default=",".join(FIT_PARAMS), help="coefficients to fit (comma-separated)")
+    p.add_argument("--fit", help=f"coefficients to fit (comma-separated; default {','.join(FIT_PARAMS)}, with "
+                   f"--physical-prior {','.join(PHYSICAL_PRIOR_FIT)})")
+    p.add_argument("--set", metavar="NAME=VALUE,...", help="coefficients set before the fit: those not fitted keep "
+                   "these values, fitted ones start from them (e.g. b6=0)")
+    p.add_argument("--physical-prior", action="store_true",
+                   help="price from the hardware what a held-out model cannot identify: weight and KV reads at the "
+                   "GPU's peak HBM bandwidth (b3 = b2b = 1), the all-reduce at NVLink's (b4 = 3.35 TB/s / 450 GB/s), "
+                   "the per-request cost through the decode FLOPs (b6 = 0); fit a0, b2a, b5, b7, the last three "
+                   "started by --from-decode (docs/validation.md reports its leave-one-model-out errors)")
+    p.add_argument("--from-decode", metavar="NAMES",
+                   help="fitted step coefficients (comma-separated) whose starting values are solved by linear least "
+                   "squares from the measured decode steps (ITL at the Little's-law concurrency) rather than taken "
+                   "from --start")
     p.add_argument("--metrics", default="ttft_mean,e2e_mean", help="per-stage statistics fitted (comma-separated)")
     p.add_argument("--holdout-model", action="append", metavar="MODEL",
                    help="leave this model's runs out of the fit (repeatable); they are reported as held out")
