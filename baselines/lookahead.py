@@ -46,10 +46,44 @@ one of ``grid`` probabilities in [0, 1] (Admission-v0's action, the same level f
 sheddable band), priced with the Admission environment's cost (a rejection costs its
 penalty at once).
 
+``decision=gateway`` plans Gateway-v0's three decisions together, once every ``interval_s``:
+the options are the base combination as it is (``base``, ``base_flow``, ``base_admission``)
+and Gateway-v0 actions around it, each part moved alone: the admission part at ``grid``
+levels (rejection probabilities 0..1 for every sheddable band, or the probabilistic
+admitter's ``k`` scale at 0.25..0.75), the flow part likewise (0.25..0.75: the soft-reflective
+parameters or the constant ceilings' scales), and each instance avoided in routing (its
+LMetric score x 4). The action modes follow the base combination, whose action is the centre:
+``always-admit`` gives ``admission_action="rejection"``, a ``probabilistic`` admitter
+``"probabilistic"``; ``base_flow=none`` (no flow control) gives ``flow_action="none"``, a
+soft-reflective ceiling ``"soft-reflective"``, ``static-usage-limit`` or ``priority-holdback``
+``"scaled-ceilings"``; the router must be LMetric (the routing part weights its score). An
+action is applied to a copy with the environment's own mapping
+(``llmsched_gym.envs.gateway.gateway_knobs``) and priced with Gateway-v0's cost.
+
+``decision=autoscaling`` plans the fleet size at the base scaler's decisions
+(``base_scaler``, every ``interval_s``: ``llmsched_gym.autoscaling.run_autoscaled``, the
+fleet it asks for at time 0 starting warm): the options are the scaler's decision and the
+fleets ``target - grid // 2 .. target + grid // 2`` (with ``grid=3``: scale down, hold, scale
+up; Autoscaling-v0's action). Each copy carries the fleet's books (pending cold starts,
+drains, GPU time: ``Fleet.forked``; the serving set is in the engine state) and its own
+copy of the scaler, which decides on in the copy every ``interval_s`` after the first; it is
+priced with Autoscaling-v0's cost (weighted SLO misses plus ``gpu_cost`` x GPU-seconds). The
+horizon should outlast a cold start (Qwen3-14B on an H100: 44.8 s), or scaling up never pays
+within it. Under ``mpc`` a draining copy's stop time sees only the requests of the real
+workload's length (``Fleet`` reads the request table), not sampled ones past it.
+
+Every decision refuses a fault schedule, and ``mpc`` a trace (it needs an arrival model).
+
 Runs as a gateway controller: ``compare --policies 'lmetric-no-detector;gateway=lookahead'``,
 ``compare --policies 'lmetric-no-detector;gateway=lookahead:mode=mpc,samples=4'``,
 ``compare --scenario codegen --paper-qps 16 --policies 'soft-reflective-ceiling;gateway=lookahead:decision=flow'``,
-``compare --scenario codegen --paper-qps 16 --policies 'probabilistic;gateway=lookahead:decision=admission'``.
+``compare --scenario codegen --paper-qps 16 --policies 'probabilistic;gateway=lookahead:decision=admission'``,
+``compare --scenario chat --paper-qps 80 --policies 'gateway=lookahead:decision=gateway,base=lmetric,base_flow=none,horizon_s=3'``,
+``compare --scenario bursty-codegen --policies 'gateway=lookahead:decision=autoscaling,base_scaler=queue-aware,interval_s=15,horizon_s=90'``.
+A base with more than one parameter (``probabilistic:k=0.05664,power=17.137``) does not fit a
+spec string (its commas part the planner's own parameters): give it as a keyword,
+``make_policy("lookahead:decision=gateway", "gateway", base_admission="probabilistic:k=0.05664,power=17.137")``
+(``benchmarks/studies/headroom.py`` does).
 """
 
 from __future__ import annotations
@@ -99,13 +133,14 @@ PlanSeconds = ranged(float, gt=0, le=600)
 
 @register_policy("lookahead")
 class LookaheadPlanner(GatewayController):
-    """Route each request (or set flow control or admission every ``interval_s``) where a
-    forked copy of the cluster, run on ``horizon_s`` seconds, cost least (see the module
-    docstring).
+    """Route each request (or set flow control, admission, Gateway-v0's action or the fleet
+    size every ``interval_s``) where a forked copy of the cluster, run on ``horizon_s``
+    seconds, cost least (see the module docstring).
 
     Args:
-        decision: ``routing`` (every request), ``flow`` (the usage limit) or ``admission``
-            (every ``interval_s``).
+        decision: ``routing`` (every request), ``flow`` (the usage limit), ``admission``,
+            ``gateway`` (Gateway-v0's action) or ``autoscaling`` (the fleet size), every
+            ``interval_s``.
         mode: ``oracle`` (the copies see the true future arrivals) or ``mpc`` (sampled futures).
         horizon_s: seconds each copy runs past the decision.
         base: the compiled router the copies continue with, and whose choice
@@ -113,12 +148,17 @@ class LookaheadPlanner(GatewayController):
         candidates: every option (``all``: each serving instance, or the flow grid), or only
             the base policy's own (``base``).
         base_flow: the compiled usage limit ``decision=flow`` keeps or replaces by a
-            soft-reflective setting.
-        interval_s: seconds between flow or admission decisions.
-        grid: settings per soft-reflective parameter (odd: centred on the base's), and the
-            rejection levels in [0, 1] of ``decision=admission``.
+            soft-reflective setting; with ``decision=gateway`` the base combination's
+            (``none``: no flow control).
+        interval_s: seconds between flow, admission, gateway or scaling decisions.
+        grid: settings per soft-reflective parameter (odd: centred on the base's), the
+            rejection levels in [0, 1] of ``decision=admission``, the levels of each part of
+            ``decision=gateway``, the fleet sizes around the target of ``decision=autoscaling``.
         samples: ``mpc``: sampled futures per candidate (common to all candidates).
-        base_admission: the compiled admission policy ``decision=admission`` keeps or overrides.
+        base_admission: the compiled admission policy ``decision=admission`` keeps or
+            overrides; with ``decision=gateway`` the base combination's.
+        base_scaler: the scaling policy ``decision=autoscaling`` starts from, whose decision
+            ``candidates=base`` offers.
     """
 
     name = "lookahead"

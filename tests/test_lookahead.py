@@ -275,3 +275,13 @@ def test_autoscaling_mpc_refuses_a_fault_schedule():
     sc = g.make_scenario("bursty-codegen", faults={"crashes": [{"instance": 0, "at_s": 2.0, "restart_s": 1.0}]})
     with pytest.raises(ConfigError, match="fault schedule"):
         LookaheadPlanner(decision="autoscaling", mode="mpc", interval_s=15).run(sc, 0)
+
+
+def test_autoscaling_planner_runs_through_the_harness():
+    table = evaluate("bursty-codegen", "scaler=queue-aware+label=scaler;gateway=lookahead:decision=autoscaling,"
+                     "candidates=base,base_scaler=queue-aware,interval_s=15,horizon_s=60+label=plan", seeds=[1],
+                     overrides={"duration_s": 120}, workers=1)
+    rows = {r["policy"]: r for r in table.filter(class_="all")}
+    assert rows["plan"]["ttft_mean"] == rows["scaler"]["ttft_mean"]
+    assert rows["plan"]["gpu_seconds"] == rows["scaler"]["gpu_seconds"] > 0
+    assert rows["plan"]["decisions"] >= 8 and rows["plan"]["decisions_per_s"] > 0
