@@ -399,15 +399,14 @@ class LookaheadPlanner(GatewayController):
     def _run_autoscaling(self, sim, scenario):
         """The base scaler decides every ``interval_s`` (``autoscaling.run_autoscaled``: the
         fleet it asks for at time 0 starts warm; Autoscaling-v0's cold start and cost); the
-        options are its decision and the
-        fleets ``target - grid // 2 .. target + grid // 2`` (scale down, hold, scale up with
-        ``grid=3``). Each copy carries the fleet's books (``Fleet.forked``) and a copy of the
-        scaler, which decides on in the copy after the first interval."""
+        options are its decision and the fleets ``target - grid // 2 .. target + grid // 2``
+        (scale down, hold, scale up with ``grid=3``). Each copy carries the fleet's books
+        (``Fleet.forked``) and a copy of the scaler, which decides on in the copy after the
+        first interval."""
         try:
             setup = make_autoscaling_setup(scenario=scenario, control_interval=self.interval_s)
         except ConfigError as e:
             raise ConfigError(f"lookahead decision=autoscaling: {e}") from None
-        a = setup.autoscaling
         slo = (sim.workload.slo_ttft_s, sim.workload.slo_tpot_s)
         copies = None
 
@@ -424,8 +423,8 @@ class LookaheadPlanner(GatewayController):
             self.decisions += 1
             return options[self._choose(costs, 0)]
 
-        sim, self.fleet = run_autoscaled(sim, self.base_scaler, self.interval_s, None, a["cold_start_s"],
-                                         override=override)
+        sim, self.fleet = run_autoscaled(sim, self.base_scaler, self.interval_s, None,
+                                         setup.autoscaling["cold_start_s"], override=override)
         return sim
 
     def _price_fleets(self, sim, copies: EngineState, fleet, policy, options: list[int], setup, slo) -> np.ndarray:

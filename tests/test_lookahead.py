@@ -285,3 +285,28 @@ def test_autoscaling_planner_runs_through_the_harness():
     assert rows["plan"]["ttft_mean"] == rows["scaler"]["ttft_mean"]
     assert rows["plan"]["gpu_seconds"] == rows["scaler"]["gpu_seconds"] > 0
     assert rows["plan"]["decisions"] >= 8 and rows["plan"]["decisions_per_s"] > 0
+
+
+def test_a_forked_fleet_continues_as_the_real_one():
+    """A fork taken while two cold starts are pending (``EngineState.forked``, its simulators
+    ``bound_copies``, the books ``Fleet.forked``) carries the serving set and the pending
+    starts: advanced to the same times, each copy reproduces the real run request for request."""
+    from llmsched_gym.autoscaling import Fleet, advance_fleets
+
+    sc = _autoscaling_scenario()
+    sim = sc.simulator(1)
+    fleet = Fleet(sim, 1, 44.8)
+    advance_fleets(sim.state, {sim.c: sim}, {sim.c: fleet}, {sim.c: 30.0})
+    fleet.set_target(3)  # two cold starts, ready at 74.8 s
+    advance_fleets(sim.state, {sim.c: sim}, {sim.c: fleet}, {sim.c: 50.0})
+    copies = sim.state.forked(sim.c, 2)
+    sims = dict(enumerate(sim.bound_copies(copies)))
+    fleets = {j: fleet.forked(s) for j, s in sims.items()}
+    assert [(s.serving, f.counts()["starting"]) for s, f in zip(sims.values(), fleets.values())] == [(1, 2)] * 2
+    advance_fleets(copies, sims, fleets, dict.fromkeys(sims, 200.0))
+    advance_fleets(sim.state, {sim.c: sim}, {sim.c: fleet}, {sim.c: 200.0})
+    assert sim.serving == 3
+    for j, copy_sim in sims.items():
+        assert copy_sim.serving == 3 and fleets[j].gpu_seconds() == fleet.gpu_seconds()
+        for f in FIELDS:
+            np.testing.assert_array_equal(getattr(copy_sim.table, f), getattr(sim.table, f), err_msg=f)
