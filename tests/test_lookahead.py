@@ -284,6 +284,7 @@ def test_autoscaling_planner_runs_through_the_harness():
     rows = {r["policy"]: r for r in table.filter(class_="all")}
     assert rows["plan"]["ttft_mean"] == rows["scaler"]["ttft_mean"]
     assert rows["plan"]["gpu_seconds"] == rows["scaler"]["gpu_seconds"] > 0
+    assert rows["plan"]["scaler"] == "lookahead"  # compare's table of autoscaled cells names it
     assert rows["plan"]["decisions"] >= 8 and rows["plan"]["decisions_per_s"] > 0
 
 

@@ -194,7 +194,7 @@ def _run_gateway(task: dict) -> dict:
                            decisions_per_s=controller.decisions / controller.plan_seconds)
     fleet = getattr(controller, "fleet", None)  # a planner of the fleet size: as a scaler's cell
     if fleet is not None:
-        out["cell"].update(gpu_seconds=fleet.gpu_seconds(), cold_starts=fleet.cold_starts)
+        out["cell"].update(scaler=controller.name, gpu_seconds=fleet.gpu_seconds(), cold_starts=fleet.cold_starts)
     return out
 
 
