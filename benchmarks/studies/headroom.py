@@ -173,6 +173,8 @@ def run_row(name: str, seeds: list[int], horizon_s: float | None, tune_routing: 
     sc.horizon_s = row.horizon_s if horizon_s is None else horizon_s
     cost = cost_function(row, sc)
     measure = {"cost": cost, row.metric: lambda s, fleet: metric(s, row.metric)}
+    if row.kind == "autoscaling":  # in the JSON record: what the cost's GPU part is made of
+        measure["gpu_seconds"] = lambda s, fleet: fleet.gpu_seconds()
     heuristics = row.heuristics(sc) + (tuned_routers(row) if tune_routing and row.kind == "routing" else [])
     results = {}
     start = time.perf_counter()
