@@ -29,6 +29,7 @@ drives a simulation with one (``benchmarks/studies/autoscaling.py``, ``compare -
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -149,6 +150,15 @@ class Fleet:
         self.closed_s = 0.0  # instance-seconds of ended periods
         self.cold_starts = 0
         self._update_serving()
+
+    def forked(self, sim: Simulator) -> "Fleet":
+        """A copy of this fleet's books (pending starts, drains, GPU time) for ``sim``, a
+        forked copy of its simulation (``Simulator.fork`` / ``bound_copies``: the serving
+        set is in the copied engine state); each decides on its own from then on."""
+        out = copy.copy(self)
+        out.sim = sim
+        out.ready_at, out.on_since, out.drain_since = self.ready_at.copy(), self.on_since.copy(), self.drain_since.copy()
+        return out
 
     # ------------------------------------------------------------------ state
     @property
@@ -271,11 +281,13 @@ def advance_fleets(batch_state, sims: dict, fleets: dict, until: dict) -> dict:
 
 
 def run_autoscaled(sim: Simulator, scaler, interval_s: float = 15.0, initial: int | None = None,
-                   cold_start_s: float | None = None) -> tuple[Simulator, Fleet]:
+                   cold_start_s: float | None = None, override=None) -> tuple[Simulator, Fleet]:
     """Run ``sim`` to its end (drain or horizon) under a scaling policy (a spec such as
     ``"hpa-kv:target=0.7"`` or a :class:`ScalingPolicy`) deciding every ``interval_s``
     seconds, from ``initial`` warm instances (None: the fleet the policy asks for at time
-    0, seeing one idle instance, starts warm); returns the simulator and its fleet."""
+    0, seeing one idle instance, starts warm); returns the simulator and its fleet.
+    ``override(fleet, policy, n)``, if given, is told each decision ``n`` of the policy
+    and returns the instances to ask for instead (a planner's, ``baselines/lookahead.py``)."""
     if isinstance(interval_s, bool) or not isinstance(interval_s, (int, float)) or not np.isfinite(interval_s) \
             or interval_s <= 0:
         raise ConfigError(f"interval_s={interval_s!r} is invalid; it must be > 0 seconds")
@@ -290,6 +302,8 @@ def run_autoscaled(sim: Simulator, scaler, interval_s: float = 15.0, initial: in
         n = int(np.clip(policy.scale(view), 1, fleet.max_instances))
         if initial is None and t == 0.0 and n != fleet.target:
             fleet = Fleet(sim, n, cold)
+        if override is not None:
+            n = override(fleet, policy, n)
         fleet.set_target(n)
         t += interval_s
         status = advance_fleets(sim.state, {sim.c: sim}, {sim.c: fleet}, {sim.c: t})[sim.c]

@@ -645,15 +645,21 @@ class Simulator:
         if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) or k < 1:
             raise ConfigError(f"fork count {k!r} is invalid; it must be an integer >= 1")
         state = self.state.forked(self.c, int(k))
+        return SimulatorBatch.of(state, self.bound_copies(state))
+
+    def bound_copies(self, state: EngineState) -> list["Simulator"]:
+        """A copy of this simulation bound to each slot of ``state``, a state of copies of its
+        cluster (``EngineState.forked`` / ``fork``): its own policy objects, drawing from the
+        slot's random generator as the slot does; the workload and configs are shared."""
         shared = (self.workload, self.cluster, self.gateway, self.latency, self._band_index, self.inputs.units)
         copies = []
-        for j in range(int(k)):
-            memo = {id(self.state): state, **{id(o): o for o in shared}}
+        for j in range(state.num_clusters):
+            # the copy's policies and its slot draw from one generator, the slot's
+            memo = {id(self.state): state, id(self.rng): state.rngs[j], **{id(o): o for o in shared}}
             sim = copy.deepcopy(self, memo)
-            state.rngs[j] = sim.rng  # the copy's policies and its slot draw from one generator
             sim._bind(state, j)
             copies.append(sim)
-        return SimulatorBatch.of(state, copies)
+        return copies
 
     def take_over_routing(self) -> RoutingPolicy:
         """From now on, route every request from outside (:meth:`route`), as

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import llmsched_gym as g
+from baselines.lookahead import LookaheadPlanner
+from llmsched_gym.autoscaling import run_autoscaled
 from llmsched_gym.engine.api import ROUTER_PY, compiled_form
 from llmsched_gym.envs.core import episode_cost, make_setup
 from llmsched_gym.errors import ConfigError
@@ -59,7 +61,9 @@ def test_runs_through_the_harness():
     ("lookahead:candidates=some", "candidates"),
     ("lookahead:horizon_s=0", "horizon_s"),
     ("lookahead:base=lookahead", "base=.lookahead. is invalid"),
-    ("lookahead:decision=autoscaling", "decision"),
+    ("lookahead:decision=scaling", "decision"),
+    ("lookahead:decision=autoscaling,base_scaler=no-such-scaler", "base_scaler"),
+    ("lookahead:decision=flow,base_flow=none", "base_flow='none' is invalid with decision=flow"),
     ("lookahead:base_admission=external", "base_admission"),
     ("lookahead:grid=2", "grid"),
     ("lookahead:base_flow=no-such-limit", "base_flow"),
@@ -182,3 +186,135 @@ def test_copies_handed_back_to_the_router_find_its_books_current(base, qps, inst
     r0, n = int(copies.req_off[0]), len(heuristic.workload)
     np.testing.assert_array_equal(copies.requests.instance[r0:r0 + n], heuristic.table.instance)
     np.testing.assert_array_equal(copies.requests.first[r0:r0 + n], heuristic.table.first_token_t)
+
+
+#: Gateway-v0's best combinations of docs/agents.md ("Gateway"): the planner's bases.
+GATEWAY_BASES = {
+    "codegen": ({"paper_qps": 16}, {"base": "lmetric", "base_flow": "priority-holdback:cmax=2.0439,cmin=1.21342",
+                                    "base_admission": "always-admit"}),
+    "chat": ({"paper_qps": 80}, {"base": "lmetric", "base_flow": "none",
+                                 "base_admission": "probabilistic:k=0.05664,power=17.137"}),
+}
+
+
+def _combination(sc, seed: int, base: dict):
+    flow = None if base["base_flow"] == "none" else base["base_flow"]
+    return sc.simulator(seed, router=base["base"], flow_control=flow, admission=base["base_admission"]).run()
+
+
+class _Recorder(LookaheadPlanner):
+    """The planner, keeping each decision's option costs and its choice."""
+
+    def _choose(self, costs, base):
+        out = super()._choose(costs, base)
+        self.__dict__.setdefault("log", []).append((costs.copy(), out))
+        return out
+
+
+@pytest.mark.parametrize("name", GATEWAY_BASES)
+def test_gateway_base_option_is_the_base_combination(name):
+    kw, base = GATEWAY_BASES[name]
+    sc = _scenario(name, horizon_s=20.0, **kw)
+    heuristic = _combination(sc, 2, base)
+    planner = LookaheadPlanner(decision="gateway", candidates="base", interval_s=0.5, horizon_s=2, **base)
+    planned = planner.run(sc, 2)
+    assert planner.decisions >= 39
+    for f in FIELDS:
+        np.testing.assert_array_equal(getattr(planned.table, f), getattr(heuristic.table, f), err_msg=f)
+
+
+def test_gateway_oracle_acts_on_the_cheapest_option_and_beats_its_base():
+    kw, base = GATEWAY_BASES["chat"]
+    sc = _scenario("chat", horizon_s=20.0, **kw)
+    planner = _Recorder(decision="gateway", interval_s=1, horizon_s=3, **base)
+    oracle = planner.run(sc, 1)
+    setup = planner._gateway_setup(sc)
+    # admission 0.25, 0.75 (0.5 is the base's k); no flow part; each of the 2 instances avoided
+    assert len(planner._gateway_actions(setup)) == 4 and planner.decisions == len(planner.log) >= 19
+    for costs, chosen in planner.log:
+        assert costs.shape == (1, 5) and costs[0, chosen] == costs.min()
+    assert sum(chosen != 0 for _, chosen in planner.log) >= 3  # it departs from the base
+    assert episode_cost(oracle, setup) < episode_cost(_combination(sc, 1, base), setup)
+
+
+def _autoscaling_scenario():
+    sc = g.make_scenario("bursty-codegen")
+    sc.horizon_s = 300.0
+    return sc
+
+
+def test_autoscaling_base_option_is_the_base_scaler():
+    sc = _autoscaling_scenario()
+    heuristic, fleet = run_autoscaled(sc.simulator(1), "queue-aware:target=32", 15.0)
+    for mode in ("oracle", "mpc"):
+        planner = LookaheadPlanner(decision="autoscaling", candidates="base", interval_s=15, horizon_s=60,
+                                   base_scaler="queue-aware:target=32", mode=mode, samples=2)
+        planned = planner.run(sc, 1)
+        assert planner.decisions == 20 and fleet.cold_starts >= 2  # the heuristic scales in the window
+        for f in FIELDS:
+            np.testing.assert_array_equal(getattr(planned.table, f), getattr(heuristic.table, f), err_msg=f)
+        assert (planner.fleet.gpu_seconds(), planner.fleet.cold_starts) == (fleet.gpu_seconds(), fleet.cold_starts)
+
+
+def test_autoscaling_oracle_acts_on_the_cheapest_fleet():
+    sc = _autoscaling_scenario()
+    planner = _Recorder(decision="autoscaling", interval_s=15, horizon_s=90, base_scaler="queue-aware:target=32")
+    planner.run(sc, 1)
+    assert planner.decisions == len(planner.log) == 20
+    for costs, chosen in planner.log:
+        assert 2 <= costs.shape[1] <= 4 and costs[0, chosen] == costs.min()
+    assert any(chosen != 0 for _, chosen in planner.log)  # the oracle departs from the scaler somewhere
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"decision": "gateway", "base_admission": "legacy"}, "base_admission='legacy' is invalid"),
+    ({"decision": "gateway", "base": "jsq", "base_admission": "always-admit"}, "lmetric"),
+    ({"decision": "gateway", "base_flow": "none", "base_admission": "always-admit", "base": "lmetric"},
+     "sheddable"),
+])
+def test_gateway_refuses_what_it_cannot_plan(kw, match):
+    sc = _scenario("chatbot", horizon_s=5.0, qps=10) if match == "sheddable" else _scenario(horizon_s=5.0, qps=10)
+    with pytest.raises(ConfigError, match=match):
+        LookaheadPlanner(**kw).run(sc, 0)
+
+
+def test_autoscaling_mpc_refuses_a_fault_schedule():
+    sc = g.make_scenario("bursty-codegen", faults={"crashes": [{"instance": 0, "at_s": 2.0, "restart_s": 1.0}]})
+    with pytest.raises(ConfigError, match="fault schedule"):
+        LookaheadPlanner(decision="autoscaling", mode="mpc", interval_s=15).run(sc, 0)
+
+
+def test_autoscaling_planner_runs_through_the_harness():
+    table = evaluate("bursty-codegen", "scaler=queue-aware+label=scaler;gateway=lookahead:decision=autoscaling,"
+                     "candidates=base,base_scaler=queue-aware,interval_s=15,horizon_s=60+label=plan", seeds=[1],
+                     overrides={"duration_s": 120}, workers=1)
+    rows = {r["policy"]: r for r in table.filter(class_="all")}
+    assert rows["plan"]["ttft_mean"] == rows["scaler"]["ttft_mean"]
+    assert rows["plan"]["gpu_seconds"] == rows["scaler"]["gpu_seconds"] > 0
+    assert rows["plan"]["scaler"] == "lookahead"  # compare's table of autoscaled cells names it
+    assert rows["plan"]["decisions"] >= 8 and rows["plan"]["decisions_per_s"] > 0
+
+
+def test_a_forked_fleet_continues_as_the_real_one():
+    """A fork taken while two cold starts are pending (``EngineState.forked``, its simulators
+    ``bound_copies``, the books ``Fleet.forked``) carries the serving set and the pending
+    starts: advanced to the same times, each copy reproduces the real run request for request."""
+    from llmsched_gym.autoscaling import Fleet, advance_fleets
+
+    sc = _autoscaling_scenario()
+    sim = sc.simulator(1)
+    fleet = Fleet(sim, 1, 44.8)
+    advance_fleets(sim.state, {sim.c: sim}, {sim.c: fleet}, {sim.c: 30.0})
+    fleet.set_target(3)  # two cold starts, ready at 74.8 s
+    advance_fleets(sim.state, {sim.c: sim}, {sim.c: fleet}, {sim.c: 50.0})
+    copies = sim.state.forked(sim.c, 2)
+    sims = dict(enumerate(sim.bound_copies(copies)))
+    fleets = {j: fleet.forked(s) for j, s in sims.items()}
+    assert [(s.serving, f.counts()["starting"]) for s, f in zip(sims.values(), fleets.values())] == [(1, 2)] * 2
+    advance_fleets(copies, sims, fleets, dict.fromkeys(sims, 200.0))
+    advance_fleets(sim.state, {sim.c: sim}, {sim.c: fleet}, {sim.c: 200.0})
+    assert sim.serving == 3
+    for j, copy_sim in sims.items():
+        assert copy_sim.serving == 3 and fleets[j].gpu_seconds() == fleet.gpu_seconds()
+        for f in FIELDS:
+            np.testing.assert_array_equal(getattr(copy_sim.table, f), getattr(sim.table, f), err_msg=f)

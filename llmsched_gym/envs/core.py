@@ -363,26 +363,27 @@ class CostTracker:
 
     def _slo(self, idx, t, final):
         tb = self.table
-        a = tb.arrival[idx]
-        ft = tb.first_token_t[idx]
-        fin = tb.finish_t[idx]
         out = tb.outcome[idx]
-        slo_ttft = self.slo_ttft[idx]
-        has_ft = ~np.isnan(ft)
-        late = np.where(has_ft, ft - a > slo_ttft, t - a > slo_ttft)
-        finished = out == FINISHED
-        n_out = tb.output[idx]
-        tpot = np.where(n_out > 1, (fin - ft) / np.maximum(n_out - 1, 1), 0.0)
-        slow = finished & (np.nan_to_num(tpot, nan=0.0) > self.slo_tpot[idx])
-        unserved = (out != IN_FLIGHT) & ~finished
-        violated = late | slow | unserved
-        closed = violated | finished | final
+        violated = slo_violations(tb.arrival[idx], tb.first_token_t[idx], tb.finish_t[idx], out, tb.output[idx],
+                                  self.slo_ttft[idx], self.slo_tpot[idx], t)
+        closed = violated | (out == FINISHED) | final
         return self.w[idx] * violated, closed
 
     @property
     def waiting(self) -> int:
         """Requests still open (e.g. waiting for their first token)."""
         return len(self.open)
+
+
+def slo_violations(arrival, first, finish, outcome, output, slo_ttft, slo_tpot, t) -> np.ndarray:
+    """Which requests miss their SLOs as of time ``t`` (the ``slo`` reward's misses): a first
+    token later than ``slo_ttft`` after arrival (or none yet, that late), a finished request's
+    time per output token over ``slo_tpot``, or an end without being served."""
+    late = np.where(~np.isnan(first), first - arrival > slo_ttft, t - arrival > slo_ttft)
+    finished = outcome == FINISHED
+    tpot = np.where(output > 1, (finish - first) / np.maximum(output - 1, 1), 0.0)
+    slow = finished & (np.nan_to_num(tpot, nan=0.0) > slo_tpot)
+    return late | slow | ((outcome != IN_FLIGHT) & ~finished)
 
 
 def episode_cost(sim, setup: Setup, t_end: float | None = None) -> float:

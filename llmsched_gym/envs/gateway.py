@@ -100,6 +100,36 @@ def flow_params(a: np.ndarray, base: tuple[float, float]) -> tuple[np.ndarray, n
     return base[0] * (2.0 * a[0]), base[1] * np.power(4.0, 2.0 * a[1] - 1.0)
 
 
+@dataclass
+class GatewayKnobs:
+    """What one Gateway-v0 action sets (:func:`gateway_knobs`); ``None``: a part its modes lack."""
+
+    rejection: np.ndarray | None  # per scenario band, rejection probabilities (admission_action="rejection")
+    admission_k: float | None  # the probabilistic admitter's k (admission_action="probabilistic")
+    soft_reflective: np.ndarray | None  # (ramp, period scale) (flow_action="soft-reflective")
+    ceilings: np.ndarray | None  # per scenario band (flow_action="ceilings" or "scaled-ceilings")
+    weights: np.ndarray  # per instance, factors on LMetric's score
+
+
+def gateway_knobs(s: "GatewaySetup", a: np.ndarray) -> GatewayKnobs:
+    """The knobs one action ``a`` (a checked action of setup ``s``'s space) sets: the one
+    mapping from action to knobs, used by the environment's driver and by the lookahead
+    planner (``baselines/lookahead.py``, ``decision=gateway``)."""
+    rejection = k = soft = ceilings = None
+    if s.admission_action == "rejection":
+        rejection = np.zeros(len(s.band_priorities))
+        rejection[list(s.sheddable)] = a[s.adm]
+    else:
+        k = s.base_k * float(admission_scale(a[s.adm])[0])
+    if s.flow_action == "soft-reflective":
+        soft = np.array(flow_params(a[s.flow], s.base_flow), float)
+    elif s.flow_action == "ceilings":
+        ceilings = np.minimum.accumulate(a[s.flow])
+    elif s.flow_action == "scaled-ceilings":
+        ceilings = scaled_ceilings(a[s.flow], s.base_ceilings)
+    return GatewayKnobs(rejection, k, soft, ceilings, route_weights(a[s.route]))
+
+
 class WeightedLMetric(RoutingPolicy):
     """LMetric (``base``: an ``lmetric`` or ``lmetric-no-detector`` policy) with each
     instance's score multiplied by a factor the Gateway environment sets every interval
@@ -236,28 +266,26 @@ class GatewayDriver(IntervalDriver):
 
     def _apply(self, action):
         s, sim = self.setup, self.sim
-        a = self.check_action(action)
-        if s.admission_action == "rejection":
-            self._probs[list(s.sheddable)] = a[s.adm]
+        knobs = gateway_knobs(s, self.check_action(action))
+        if knobs.rejection is not None:
+            self._probs[:] = knobs.rejection
             sim.set_rejection_probs(self._probs[self._sim_bands])
         else:
-            self.k = s.base_k * float(admission_scale(a[s.adm])[0])
+            self.k = knobs.admission_k
             sim.state.set_policy(sim.c, "admission", None, (self.k,))
-        if s.flow_action == "soft-reflective":
-            params = np.array(flow_params(a[s.flow], s.base_flow), float)
-            if not np.array_equal(params, self.soft_reflective):  # unchanged: the duty cycle runs on undisturbed
-                self.soft_reflective = params
-                sim.set_flow_params(params)
+        if knobs.soft_reflective is not None:
+            if not np.array_equal(knobs.soft_reflective, self.soft_reflective):  # unchanged: the duty cycle runs on
+                self.soft_reflective = knobs.soft_reflective
+                sim.set_flow_params(knobs.soft_reflective)
                 sim.wake_dispatch()
         elif s.flow_action == "ceilings":
-            self.ceilings = np.minimum.accumulate(a[s.flow])
+            self.ceilings = knobs.ceilings
             self._set_ceilings(wake=True)
         elif s.flow_action == "scaled-ceilings":
-            ceilings = scaled_ceilings(a[s.flow], s.base_ceilings)
-            if not np.array_equal(ceilings, self.ceilings):  # unchanged: no extra dispatch cycle
-                self.ceilings = ceilings
+            if not np.array_equal(knobs.ceilings, self.ceilings):  # unchanged: no extra dispatch cycle
+                self.ceilings = knobs.ceilings
                 self._set_ceilings(wake=True)
-        self.weights = route_weights(a[s.route])
+        self.weights = knobs.weights
         sim.state.set_route_weights([sim.c], self.weights[None])
         return self._advance()
 

@@ -192,6 +192,9 @@ def _run_gateway(task: dict) -> dict:
     if getattr(controller, "plan_seconds", 0):  # a planner (lookahead) reports its decision rate
         out["cell"].update(decisions=controller.decisions,
                            decisions_per_s=controller.decisions / controller.plan_seconds)
+    fleet = getattr(controller, "fleet", None)  # a planner of the fleet size: as a scaler's cell
+    if fleet is not None:
+        out["cell"].update(scaler=controller.name, gpu_seconds=fleet.gpu_seconds(), cold_starts=fleet.cold_starts)
     return out
 
 
