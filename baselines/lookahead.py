@@ -155,6 +155,11 @@ class LookaheadPlanner(GatewayController):
         return {"routing": self._run_routing, "flow": self._run_flow,
                 "admission": self._run_admission}[self.decision](sim, scenario)
 
+    @property
+    def futures(self) -> list[np.ndarray] | None:
+        """``mode=mpc``: the arrival times of the run's sampled futures (None under ``oracle``)."""
+        return None if self.model is None else self.model.arrivals
+
     def _run_routing(self, sim, scenario):
         router = sim.take_over_routing()
         setup = make_setup("routing", scenario=scenario)
