@@ -67,7 +67,9 @@ from llmsched_gym.validation import (
 
 ENV_FILES = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
              "llmsched/Admission-v0": "admission", "llmsched/Gateway-v0": "gateway"}
-ALGOS = ("ppo", "maskable-ppo", "sac")
+ALGOS = ("ppo", "maskable-ppo", "sac", "bc", "dagger")
+#: Imitation of the lookahead planner (agents/imitation): a MaskablePPO model with the scorer policy.
+IMITATION = ("bc", "dagger")
 HYPERPARAMS_DIR = Path(__file__).resolve().parent / "hyperparams"
 #: first workload seed of the held-out evaluation episodes (EvalCallback)
 EVAL_SEED_BASE = 1_000_000
@@ -285,7 +287,7 @@ def make_venv(env_id: str, points: list[tuple[str, dict]], n_envs: int, env_kwar
 
 # ====================================================================== training
 def _algo_class(algo: str):
-    if algo == "maskable-ppo":
+    if algo in ("maskable-ppo",) + IMITATION:
         from sb3_contrib import MaskablePPO
 
         return MaskablePPO
@@ -474,6 +476,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-set", action="append", default=[], metavar="KEY=VALUE",
                    help="set one environment keyword over the YAML's env_kwargs (YAML value), e.g. "
                         "--env-set flow_action=none (repeatable)")
+    p.add_argument("--teacher", metavar="SPEC",
+                   help="--algo bc|dagger: the lookahead planner to imitate, e.g. "
+                        "'lookahead:mode=mpc,samples=2,horizon_s=1,base=preble' (or mode=oracle)")
     p.add_argument("--timesteps", type=int, default=100_000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="output directory (default runs/<env>-<scenario>-<algo>-s<seed>)")
@@ -563,6 +568,12 @@ def run_from_args(args) -> dict:
     if eval_rates and kind is None:
         raise ConfigError("--eval-rates needs a training rate kind (--qps, --load or --paper-qps)")
     out = args.out or f"runs/{ENV_FILES[env_id]}-{'+'.join(scenarios)}-{algo}-s{args.seed}"
+    command = (("llmsched-gym train " + " ".join(sys.argv[2:])) if sys.argv[1:2] == ["train"]
+               else "python -m agents.train " + " ".join(sys.argv[1:]))
+    if algo in IMITATION or args.teacher is not None:
+        from agents.imitation.run import imitation_from_args
+
+        return imitation_from_args(args, algo, scenarios, kind, rates, out, command)
 
     check_output_dir("--out", out, force=args.force)  # an earlier run's model is not replaced silently
     meta = train(env_id, scenarios, algo, args.timesteps, args.seed, out, rate_kind=kind, rates=rates,
@@ -573,8 +584,7 @@ def run_from_args(args) -> dict:
                  policy_variant=args.policy, select=args.select,
                  env_overrides={**{k: getattr(args, k) for k in ("router", "flow_control", "admission")
                                    if getattr(args, k) is not None}, **_set_overrides(args.env_set)},
-                 command=("llmsched-gym train " + " ".join(sys.argv[2:])) if sys.argv[1:2] == ["train"]
-                 else "python -m agents.train " + " ".join(sys.argv[1:]))
+                 command=command)
     print(f"trained {algo} on {env_id} ({', '.join(scenarios)}) in {meta['wall_seconds']:.0f} s -> {out}/model.zip "
           f"(+ vecnormalize.pkl, agent.json); evaluate with --policies 'agent:{out}'")
     return meta

@@ -94,13 +94,13 @@ from typing import Literal
 
 import numpy as np
 
+from baselines.planning import CopyPool, FutureModel, Pending, choose, price_copies, routing_costs
 from llmsched_gym.autoscaling import advance_fleets, run_autoscaled
 from llmsched_gym.engine.api import (
     ADMIT_ALWAYS,
     ADMIT_BAND_PROBS,
     ADMIT_PROBABILISTIC,
     ADMIT_PY,
-    FINISHED,
     FLOW_FIXED,
     FLOW_HOLDBACK,
     FLOW_NONE,
@@ -109,12 +109,11 @@ from llmsched_gym.engine.api import (
     FLOW_STATIC,
     ROUTER_LMETRIC_WEIGHTED,
     ROUTER_PY,
-    ST_TIME,
     EngineState,
     compiled_form,
 )
 from llmsched_gym.envs.autoscaling import make_autoscaling_setup
-from llmsched_gym.envs.core import make_setup, request_costs, slo_violations
+from llmsched_gym.envs.core import make_setup, slo_violations
 from llmsched_gym.envs.gateway import flow_params, gateway_knobs
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import GatewayController, make_policy, register_policy
@@ -214,68 +213,30 @@ class LookaheadPlanner(GatewayController):
             raise ConfigError("lookahead does not plan under a fault schedule yet; remove the scenario's faults")
         if self.decision != "routing" and sim.state.clusters.router[sim.c] == ROUTER_PY:
             raise ConfigError(f"lookahead decision={self.decision} needs a compiled router in the scenario")
-        self.futures = self._sampled_arrivals(scenario, seed, sim.workload.arrival_s) if self.mode == "mpc" else None
-        # the most sampled arrivals in any horizon: a copy's request rows never depend on the real future's
-        self.room = max((int(np.max(np.searchsorted(a, a + self.horizon_s, side="right") - np.arange(len(a)), initial=0))
-                         for a in self.futures or ()), default=0)
-        self.draws = np.random.default_rng([seed, 0x6D7063])
+        self.model = (FutureModel.of_scenario(scenario, seed, self.samples, self.horizon_s, sim.workload.arrival_s)
+                      if self.mode == "mpc" else None)
+        self.pool = CopyPool()
         return {"routing": self._run_routing, "flow": self._run_flow, "admission": self._run_admission,
                 "gateway": self._run_gateway, "autoscaling": self._run_autoscaling}[self.decision](sim, scenario)
 
-    def _sampled_arrivals(self, scenario, seed: int, real: np.ndarray) -> list[np.ndarray]:
-        """The arrival times of ``samples`` workloads of the scenario under fresh seeds."""
-        seeds = np.random.SeedSequence([seed, 0x6D7063]).generate_state(self.samples) % 2**31
-        out = [scenario.build_workload(int(s)).arrival_s for s in seeds]
-        if any(len(a) == len(real) and np.array_equal(a, real) for a in out):
-            raise ConfigError(f"lookahead mode=mpc samples futures from the scenario's arrival model, but "
-                              f"scenario {scenario.name!r} replays the same arrivals under every seed (a trace); "
-                              "use mode=oracle, or a synthetic workload")
-        return out
-
-    def _fork(self, sim, copies: EngineState | None, k: int) -> EngineState:
-        """``k`` x ``samples`` copies of the simulation now, sample-major (reusing the state of
-        the previous decision's); under ``mpc`` each sample's copies get its future."""
-        K = k * self.samples
-        if copies is None or copies.num_clusters != K:
-            copies = sim.state.forked(sim.c, K, room=self.room)
-        else:
-            copies.fork(sim.c, range(K), source=sim.state)
-        if self.futures is None:
-            return copies
-        now, ptr, r0 = sim.now, int(sim.state.clusters.ptr[sim.c]), int(sim.state.req_off[sim.c])
-        finished = np.flatnonzero(sim.state.requests.outcome[r0:r0 + ptr] == FINISHED)
-        pool = finished if len(finished) else np.arange(ptr)
-        for s, arrivals in enumerate(self.futures):
-            times = arrivals[np.searchsorted(arrivals, now, side="right"):
-                             np.searchsorted(arrivals, now + self.horizon_s, side="right")]
-            like = pool[self.draws.integers(0, len(pool), len(times))] if len(pool) else np.zeros(0, np.int64)
-            rng_seed = self.draws.integers(2**63)
-            for j in range(s * k, (s + 1) * k):
-                copies.replace_future(j, times if len(pool) else times[:0], like)
-                copies.rngs[j] = np.random.default_rng(rng_seed)
-        return copies
+    @property
+    def futures(self) -> list[np.ndarray] | None:
+        """``mode=mpc``: the arrival times of the run's sampled futures (None under ``oracle``)."""
+        return None if self.model is None else self.model.arrivals
 
     def _run_routing(self, sim, scenario):
         router = sim.take_over_routing()
         setup = make_setup("routing", scenario=scenario)
         first = int(sim.state.clusters.nprefill[sim.c])  # P/D: requests go to the decode pool
-        copies = None
         while sim.advance() == "route":
-            info = sim.pending_info
-            own = int(router.route(info, sim.current_view()))
+            own = int(router.route(sim.pending_info, sim.current_view()))
             cands = [own] if self.candidates == "base" else list(range(first, sim.serving))
             start = time.perf_counter()
-            copies = self._fork(sim, copies, len(cands))
-            r = sim.pending_route
-            for j in range(copies.num_clusters):
-                copies.set_policy(j, "router", self.form.code, self.form.params)
-                slot = copies.cluster(j)
-                slot.status, slot.log_finish = ST_TIME, 0  # the decision is answered; no Python router hears them
-                copies.dispatch_to(j, int(copies.req_off[j]) + r, cands[j % len(cands)])
-            costs = self._price(sim, copies, setup)
+            costs = routing_costs(sim.state, [Pending(sim.c, sim.pending_route, cands, self.model)], self.form,
+                                  self.samples, self.horizon_s, setup, self.pool)[0]
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
-            sim.route(cands[self._choose(costs, cands.index(own))])
+            sim.route(cands[choose(costs, cands.index(own))])
         return sim
 
     def _run_flow(self, sim, scenario):
@@ -408,20 +369,17 @@ class LookaheadPlanner(GatewayController):
         except ConfigError as e:
             raise ConfigError(f"lookahead decision=autoscaling: {e}") from None
         slo = (sim.workload.slo_ttft_s, sim.workload.slo_tpot_s)
-        copies = None
-
         def override(fleet, policy, n: int) -> int:
-            nonlocal copies
             self.fleet = fleet
             I, half = fleet.max_instances, self.grid // 2
             others = [] if self.candidates == "base" else range(fleet.target - half, fleet.target + half + 1)
             options = [n] + [t for t in others if 1 <= t <= I and t != n]
             start = time.perf_counter()
-            copies = self._fork(sim, copies, len(options))
+            copies = self.pool.fork(sim.state, [sim.c], [self.model], len(options), self.samples)
             costs = self._price_fleets(sim, copies, fleet, policy, options, setup, slo)
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
-            return options[self._choose(costs, 0)]
+            return options[choose(costs, 0)]
 
         sim, self.fleet = run_autoscaled(sim, self.base_scaler, self.interval_s, None,
                                          setup.autoscaling["cold_start_s"], override=override)
@@ -463,47 +421,21 @@ class LookaheadPlanner(GatewayController):
 
     def _run_interval(self, sim, setup, n_options: int, base: int, apply):
         """Every ``interval_s``: fork one copy per option (x samples), ``apply`` it there, run
-        them on, and keep the chosen option (:meth:`_choose`, against the ``base`` option)
+        them on, and keep the chosen option (:func:`choose`, against the ``base`` option)
         until the next decision. An option equal to the running one is left undisturbed (a
         duty cycle runs on)."""
-        current, copies = base, None
+        current = base
         while sim.advance(sim.now + self.interval_s) not in ("done", "horizon"):
             start = time.perf_counter()
-            copies = self._fork(sim, copies, n_options)
+            copies = self.pool.fork(sim.state, [sim.c], [self.model], n_options, self.samples)
             for j in range(copies.num_clusters):
                 if j % n_options != current:
                     apply(copies, j, j % n_options)
-            costs = self._price(sim, copies, setup)
+            costs = price_copies(copies, np.full(copies.num_clusters, sim.now + self.horizon_s), setup)
             self.plan_seconds += time.perf_counter() - start
             self.decisions += 1
-            best = self._choose(costs, base)
+            best = choose(costs.reshape(self.samples, -1), base)
             if best != current:
                 current = best
                 apply(sim.state, sim.c, best)
         return sim
-
-    @staticmethod
-    def _choose(costs: np.ndarray, base: int) -> int:
-        """The option to act on, from each option's cost in each future (``samples`` x
-        options): the cheapest in total if it is cheaper than the base heuristic's own option
-        in every future, else the base's. With one future (``oracle``) that is the cheapest,
-        the base's on a tie; with sampled ones, the planner departs from the heuristic only
-        where every future agrees that it pays."""
-        best = int(np.argmin(costs.sum(axis=0)))
-        return best if np.all(costs[:, best] < costs[:, base]) else base
-
-    def _price(self, sim, copies: EngineState, setup) -> np.ndarray:
-        """Each copy's environment cost after running on ``horizon_s`` seconds, as ``samples``
-        x options (:func:`~llmsched_gym.envs.core.request_costs` over the requests that
-        arrived in each copy)."""
-        K = copies.num_clusters
-        t_end = sim.now + self.horizon_s
-        copies.advance(np.ones(K, bool), np.full(K, t_end))
-        req, clu = copies.requests, copies.clusters
-        out = np.empty(K)
-        for j in range(K):
-            rows = slice(int(clu.req0[j]), int(clu.req0[j] + clu.ptr[j]))  # the requests that arrived
-            target = (req.finish if setup.reward == "e2e" else req.first)[rows]
-            out[j] = request_costs(req.arrival[rows], target, req.outcome[rows], req.end[rows], req.priority[rows],
-                                   float(clu.now[j]), setup).sum()
-        return out.reshape(self.samples, -1)

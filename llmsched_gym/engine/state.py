@@ -11,6 +11,7 @@ prefix-cache table with one entry per distinct unit key of its cluster's workloa
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -444,22 +445,34 @@ class EngineState:
             new._copy_slot(self, k, k, fresh=True)
         return new
 
-    def forked(self, c: int, k: int, room: int = 0) -> "EngineState":
+    def forked(self, c: "int | Sequence[int]", k: int, room: int = 0) -> "EngineState":
         """A new state of ``k`` slots, each an exact copy of cluster ``c`` as it stands now
         (its own copy of the cluster's random generator): advanced with the same decisions,
         every copy reproduces the original request for request. ``room``: request slots to
-        spare in each copy, for arrivals a planner adds (:meth:`replace_future`)."""
+        spare in each copy, for arrivals a planner adds (:meth:`replace_future`).
+
+        ``c`` may be a sequence of clusters: then ``k`` copies of each, cluster-major (slot
+        ``i * k + j`` is copy ``j`` of ``c[i]``), so copies of several clusters advance in one
+        compiled call (a planner labelling every cluster of a vector environment)."""
+        clusters = [int(c)] if isinstance(c, (int, np.integer)) else [int(x) for x in c]
         new = EngineState.__new__(EngineState)
         new.slack = self.slack
-        caps = self._caps(c)
-        new._allocate([(caps[0] + int(room),) + caps[1:]] * k, self.num_bands, self.max_seqs)
+        caps = [self._caps(x) for x in clusters]
+        new._allocate([(cap[0] + int(room),) + cap[1:] for cap in caps for _ in range(k)],
+                      self.num_bands, self.max_seqs)
         new.rngs = List()
-        new.sources = [None] * k
-        new.used = [None] * k
-        for j in range(k):
-            new.rngs.append(copy.deepcopy(self.rngs[c]))
-            new._copy_slot(self, c, j, fresh=True)
+        new.sources = [None] * (k * len(clusters))
+        new.used = [None] * (k * len(clusters))
+        for j in range(k * len(clusters)):
+            new.rngs.append(copy.deepcopy(self.rngs[clusters[j // k]]))
+            new._copy_slot(self, clusters[j // k], j, fresh=True)
         return new
+
+    def holds(self, j: int, source: "EngineState", c: int) -> bool:
+        """Whether slot ``j`` of this state is large enough for a copy of cluster ``c`` of
+        ``source`` (:meth:`fork`)."""
+        return (all(a >= b for a, b in zip(self._caps(j), source._caps(c)))
+                and self.num_bands >= source.num_bands and self.max_seqs >= source.max_seqs)
 
     def fork(self, c: int, slots, source: "EngineState | None" = None) -> None:
         """Copy cluster ``c`` of ``source`` (default: this state) into each of ``slots`` of this
