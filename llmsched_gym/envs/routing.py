@@ -25,7 +25,7 @@ class RoutingEnv(LLMSchedEnv):
     can hold the request, each by its own capacity: its prompt + output fit in that
     instance's KV blocks and ``max_model_len``. On a homogeneous cluster the mask is all
     ``True`` or all ``False``; on a mixed fleet (e.g. ``mixed-chatbot``: 8 x H20, 4 x A100
-    TP2, 4 x L40S TP2, 13,878 to 53,199 KV blocks each) a long request may fit some
+    TP2, 4 x L40S TP2, each pool with its own KV capacity) a long request may fit some
     instances only. A request no instance can hold gets an all-``True`` mask (it is dropped
     whatever the choice). On a P/D cluster the prefill instances are ``False``: the action is
     the decode instance.

@@ -161,6 +161,7 @@ class LLMSchedVectorEnv(VectorEnv):
         self._steps[:] = 0
         for d in self.drivers:
             d.start()
+        self._hint_rngs = List([d.sim.hint_rng for d in self.drivers])  # the hint key's draws, per cluster
         self._band_tables(range(n))
         self._episode_start(range(n))
         self._python = np.array([d.sim.needs_python for d in self.drivers])
@@ -317,6 +318,7 @@ class LLMSchedVectorEnv(VectorEnv):
         d = self.drivers[i]
         d.prepare(draw_workload_seed(self._rngs[i]))
         self.batch.replace(i, d.sim)
+        self._hint_rngs[i] = d.sim.hint_rng
         self._trk[:, i] = 0.0
         self._steps[i] = 0
         d.start()
@@ -403,7 +405,7 @@ class LLMSchedVectorEnv(VectorEnv):
         batched.metric_age(st.inst_f, st.clu_i, st.clu_f, raw[11])
         if "hint" in self._raw:
             batched.hint_obs(st.req_i, st.req_f, st.inst_i, st.inst_f, st.unit_i, st.ent, st.clu_i, st.clu_f, st.bkey,
-                             st.ix, st.win_t, st.win_c, st.ccount, st.lat_p, self._hint_rngs(), raw[12])
+                             st.ix, st.win_t, st.win_c, st.ccount, st.lat_p, self._hint_rngs, raw[12])
 
     def _observe(self) -> None:
         """The compiled observation pass: raw and normalized observations, action masks."""
@@ -411,18 +413,11 @@ class LLMSchedVectorEnv(VectorEnv):
         hinted = "hint" in self._raw
         batched.observe(st.req_i, st.req_f, st.unit_i, st.inst_i, st.inst_f, st.ent, st.clu_i, st.clu_f, st.bq,
                         st.bkey, st.ix, st.win_t, st.win_c, st.ccount, st.lat_p,
-                        self._hint_rngs() if hinted else st.rngs, hinted,
+                        self._hint_rngs if hinted else st.rngs, hinted,
                         self._sim_bands, len(s.band_priorities), self.kind == "routing", self._raw_flat,
                         self._raw_off, self._arrival_rate, self._obs_index, self._obs_codes, self._obs_high,
                         s.normalize, self._out_flat, self._out_off, self._masks)
         self._obs_fused = True
-
-    def _hint_rngs(self) -> List:
-        """The simulators' ``hint_rng``, one per cluster (the ``hint`` key's draws)."""
-        rngs = List()
-        for d in self.drivers:
-            rngs.append(d.sim.hint_rng)
-        return rngs
 
     def _obs(self) -> dict[str, np.ndarray]:
         """The normalized observations of the last observation pass (fresh arrays)."""
