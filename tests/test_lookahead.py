@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import llmsched_gym as g
+from baselines import lookahead, planning
 from baselines.lookahead import LookaheadPlanner
 from llmsched_gym.autoscaling import run_autoscaled
 from llmsched_gym.engine.api import ROUTER_PY, compiled_form
@@ -202,13 +203,17 @@ def _combination(sc, seed: int, base: dict):
     return sc.simulator(seed, router=base["base"], flow_control=flow, admission=base["base_admission"]).run()
 
 
-class _Recorder(LookaheadPlanner):
-    """The planner, keeping each decision's option costs and its choice."""
+def _record_choices(monkeypatch) -> list:
+    """Each decision's option costs and the planner's choice, as the planner makes them."""
+    log = []
 
-    def _choose(self, costs, base):
-        out = super()._choose(costs, base)
-        self.__dict__.setdefault("log", []).append((costs.copy(), out))
+    def recorded(costs, base):
+        out = planning.choose(costs, base)
+        log.append((costs.copy(), out))
         return out
+
+    monkeypatch.setattr(lookahead, "choose", recorded)
+    return log
 
 
 @pytest.mark.parametrize("name", GATEWAY_BASES)
@@ -223,17 +228,18 @@ def test_gateway_base_option_is_the_base_combination(name):
         np.testing.assert_array_equal(getattr(planned.table, f), getattr(heuristic.table, f), err_msg=f)
 
 
-def test_gateway_oracle_acts_on_the_cheapest_option_and_beats_its_base():
+def test_gateway_oracle_acts_on_the_cheapest_option_and_beats_its_base(monkeypatch):
     kw, base = GATEWAY_BASES["chat"]
     sc = _scenario("chat", horizon_s=20.0, **kw)
-    planner = _Recorder(decision="gateway", interval_s=1, horizon_s=3, **base)
+    log = _record_choices(monkeypatch)
+    planner = LookaheadPlanner(decision="gateway", interval_s=1, horizon_s=3, **base)
     oracle = planner.run(sc, 1)
     setup = planner._gateway_setup(sc)
     # admission 0.25, 0.75 (0.5 is the base's k); no flow part; each of the 2 instances avoided
-    assert len(planner._gateway_actions(setup)) == 4 and planner.decisions == len(planner.log) >= 19
-    for costs, chosen in planner.log:
+    assert len(planner._gateway_actions(setup)) == 4 and planner.decisions == len(log) >= 19
+    for costs, chosen in log:
         assert costs.shape == (1, 5) and costs[0, chosen] == costs.min()
-    assert sum(chosen != 0 for _, chosen in planner.log) >= 3  # it departs from the base
+    assert sum(chosen != 0 for _, chosen in log) >= 3  # it departs from the base
     assert episode_cost(oracle, setup) < episode_cost(_combination(sc, 1, base), setup)
 
 
@@ -256,14 +262,15 @@ def test_autoscaling_base_option_is_the_base_scaler():
         assert (planner.fleet.gpu_seconds(), planner.fleet.cold_starts) == (fleet.gpu_seconds(), fleet.cold_starts)
 
 
-def test_autoscaling_oracle_acts_on_the_cheapest_fleet():
+def test_autoscaling_oracle_acts_on_the_cheapest_fleet(monkeypatch):
     sc = _autoscaling_scenario()
-    planner = _Recorder(decision="autoscaling", interval_s=15, horizon_s=90, base_scaler="queue-aware:target=32")
+    log = _record_choices(monkeypatch)
+    planner = LookaheadPlanner(decision="autoscaling", interval_s=15, horizon_s=90, base_scaler="queue-aware:target=32")
     planner.run(sc, 1)
-    assert planner.decisions == len(planner.log) == 20
-    for costs, chosen in planner.log:
+    assert planner.decisions == len(log) == 20
+    for costs, chosen in log:
         assert 2 <= costs.shape[1] <= 4 and costs[0, chosen] == costs.min()
-    assert any(chosen != 0 for _, chosen in planner.log)  # the oracle departs from the scaler somewhere
+    assert any(chosen != 0 for _, chosen in log)  # the oracle departs from the scaler somewhere
 
 
 @pytest.mark.parametrize("kw, match", [
