@@ -30,10 +30,9 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from headroom import ROWS, Row, metric, tuned_routers
+from headroom import ROWS, Row, cost_function, metric, tuned_routers
 
 import llmsched_gym as g
-from llmsched_gym.envs.core import episode_cost, make_setup
 from llmsched_gym.evaluation.metrics import summarize
 from llmsched_gym.evaluation.stats import paired_change
 
@@ -46,21 +45,21 @@ def declared_seeds() -> list[int]:
     return [int(s) for s in yaml.safe_load(DECLARED.read_text())["evaluation_seeds"]]
 
 
-def measure(sim, row: Row, setup) -> dict[str, float]:
+def measure(sim, fleet, row: Row, cost) -> dict[str, float]:
     """The environment's cost, the row's metric and the flow-control side conditions of one run."""
-    out = {"cost": episode_cost(sim, setup), row.metric: metric(sim, row.metric)}
+    out = {"cost": cost(sim, fleet), row.metric: metric(sim, row.metric)}
     classes = summarize(sim)["classes"]
     out["slo_attainment"] = classes["all"]["slo_attainment"]
     out["sheddable_goodput_rps"] = sum(v["goodput_rps"] for k, v in classes.items() if k.startswith("sheddable"))
     return out
 
 
-def run_policy(row: Row, scenario, setup, spec: str, seeds: list[int]) -> dict[str, list[float]]:
-    runs = [measure(scenario.simulator(seed, **{row.role: spec}).run(), row, setup) for seed in seeds]
+def run_policy(row: Row, scenario, cost, spec: str, seeds: list[int]) -> dict[str, list[float]]:
+    runs = [measure(*row.run(scenario, spec, seed), row, cost) for seed in seeds]
     return {k: [r[k] for r in runs] for k in runs[0]}
 
 
-def heuristics(name: str, row: Row, scenario, setup, seeds: list[int], tune: bool, out: Path) -> dict:
+def heuristics(name: str, row: Row, scenario, cost, seeds: list[int], tune: bool, out: Path) -> dict:
     """Every heuristic of the row on ``seeds``, from the cache in ``out`` when it matches."""
     path = out / f"{name}.heuristics.json"
     key = {"seeds": seeds, "horizon_s": scenario.horizon_s, "tuned": tune}
@@ -68,11 +67,11 @@ def heuristics(name: str, row: Row, scenario, setup, seeds: list[int], tune: boo
         cached = json.loads(path.read_text())
         if cached["key"] == key:
             return cached["results"]
-    specs = row.heuristics() + (tuned_routers(row) if tune and row.kind == "routing" else [])
+    specs = row.heuristics(scenario) + (tuned_routers(row) if tune and row.kind == "routing" else [])
     results = {}
     for spec in specs:
         start = time.perf_counter()
-        results[spec] = run_policy(row, scenario, setup, spec, seeds)
+        results[spec] = run_policy(row, scenario, cost, spec, seeds)
         print(f"  {spec}: cost {np.mean(results[spec]['cost']):.4g} ({time.perf_counter() - start:.0f} s)", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"key": key, "results": results}, indent=1))
@@ -100,14 +99,15 @@ def judge(name: str, agents: list[str], seeds: list[int], tune: bool, out: Path,
     row = ROWS[name]
     scenario = g.make_scenario(row.scenario, **row.kw)
     scenario.horizon_s = row.horizon_s if horizon_s is None else horizon_s
-    setup = make_setup(row.kind, scenario=scenario)
-    results = heuristics(name, row, scenario, setup, seeds, tune, out)
+    cost = cost_function(row, scenario)
+    results = heuristics(name, row, scenario, cost, seeds, tune, out)
     best = min(results, key=lambda h: np.mean(results[h]["cost"]))
     declared = seeds == declared_seeds() and scenario.horizon_s == row.horizon_s
     record = {"row": name, "seeds": seeds, "horizon_s": scenario.horizon_s, "declared": declared, "best": best, "heuristics": results, "agents": {}}
     for path in agents:
         start = time.perf_counter()
-        res = run_policy(row, scenario, setup, f"agent:{path}", seeds)
+        spec = f"gateway=agent:{path}" if row.kind == "gateway" else f"agent:{path}"
+        res = run_policy(row, scenario, cost, spec, seeds)
         res["wall_s"] = time.perf_counter() - start
         changes = {k: paired_change(res[k], results[best][k]) for k in ("cost", row.metric)}
         res["changes"] = changes
