@@ -36,6 +36,7 @@ import pickle
 import re
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -55,6 +56,9 @@ from llmsched_gym.envs.gateway import GatewayEnv
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import GatewayController, RoutingPolicy, UsageLimitPolicy, register_policy
 from llmsched_gym.validation import require_extra
+
+if TYPE_CHECKING:
+    from agents.es.agent import EsAgent
 
 _CACHE: dict = {}
 
@@ -167,8 +171,17 @@ def _expected_stats(model_file: Path) -> Path:
     return model_file.parent / name
 
 
-def load_agent(path: "str | Path") -> LoadedAgent:
-    """Load (and cache per process) the agent saved at ``path``."""
+def load_agent(path: "str | Path") -> "LoadedAgent | EsAgent":
+    """Load (and cache per process) the agent saved at ``path`` (an SB3 model, or a
+    CMA-ES residual: :class:`agents.es.agent.EsAgent`)."""
+    from agents.es.agent import EsAgent, is_es_agent
+
+    if is_es_agent(path):  # a CMA-ES residual (llmsched-gym train --algo cmaes): numpy only
+        meta = Path(path).resolve() / "agent.json"
+        key = (str(meta), meta.stat().st_mtime)
+        if key not in _CACHE:
+            _CACHE[key] = EsAgent(path)
+        return _CACHE[key]
     require_extra(f"agent:{path}")  # torch and stable-baselines3: the [rl] extra
     model_file, vn_file, _ = agent_files(Path(path).resolve())
     key = (str(model_file), model_file.stat().st_mtime, vn_file and (str(vn_file), vn_file.stat().st_mtime))
@@ -251,8 +264,9 @@ class AgentRouter(RoutingPolicy):
         self.agent = _model_of_kind(path, agent, "routing", "routing")
         self.path = path
         self._builder = None
-        pol = self.agent.model.policy
-        ext = pol.features_extractor
+        # a CMA-ES residual: numpy float64 logits
+        self._logits = getattr(self.agent, "route_logits", None)
+        ext = None if self._logits else self.agent.model.policy.features_extractor
         # float64 logits where the policy has them (the residual LMetric scorer: exact ties)
         self._scorer = getattr(ext, "decision_scores", None) or getattr(ext, "scores", None)
 
@@ -268,6 +282,8 @@ class AgentRouter(RoutingPolicy):
 
     def route(self, request, view) -> int:
         obs = self.agent.normalize(self.observation(request, view))
+        if self._logits is not None:
+            return int(self._logits(obs)[0].argmax())
         if self._scorer is not None:
             # The per-instance scorer's logits, for a cluster of any size (SB3's predict
             # insists on the training observation shape).
