@@ -36,10 +36,10 @@ import pickle
 import re
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agents.es.agent import EsAgent, is_es_agent
 from baselines.flow_control import SoftReflectiveCeiling
 from llmsched_gym.envs.core import (
     COMMON_KEYS,
@@ -56,9 +56,6 @@ from llmsched_gym.envs.gateway import GatewayEnv
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.gateway.policy import GatewayController, RoutingPolicy, UsageLimitPolicy, register_policy
 from llmsched_gym.validation import require_extra
-
-if TYPE_CHECKING:
-    from agents.es.agent import EsAgent
 
 _CACHE: dict = {}
 
@@ -174,8 +171,6 @@ def _expected_stats(model_file: Path) -> Path:
 def load_agent(path: "str | Path") -> "LoadedAgent | EsAgent":
     """Load (and cache per process) the agent saved at ``path`` (an SB3 model, or a
     CMA-ES residual: :class:`agents.es.agent.EsAgent`)."""
-    from agents.es.agent import EsAgent, is_es_agent
-
     if is_es_agent(path):  # a CMA-ES residual (llmsched-gym train --algo cmaes): numpy only
         meta = Path(path).resolve() / "agent.json"
         key = (str(meta), meta.stat().st_mtime)
@@ -246,7 +241,8 @@ class ObservationBuilder:
 
 
 # ====================================================================== policies
-def _model_of_kind(path: str, agent: "LoadedAgent | None", kind: str, what: str) -> LoadedAgent:
+def _model_of_kind(path: str, agent: "LoadedAgent | EsAgent | None", kind: str,
+                   what: str) -> "LoadedAgent | EsAgent":
     """``agent`` (or the model at ``path``), which must be a model of environment ``kind``."""
     agent = agent or load_agent(path)
     if agent.kind != kind:
@@ -260,7 +256,7 @@ class AgentRouter(RoutingPolicy):
     name = "agent"
     description = "a trained RL agent: agent:PATH (a llmsched-gym train output directory or model.zip)"
 
-    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+    def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = _model_of_kind(path, agent, "routing", "routing")
         self.path = path
         self._builder = None
@@ -320,7 +316,7 @@ class AgentUsageLimit(UsageLimitPolicy):
     name = "agent"
     description = "a trained FlowControl agent: fc=agent:PATH"
 
-    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+    def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = _model_of_kind(path, agent, "flow_control", "flow-control")
         self.path = path
         self.reset(0, None)
@@ -377,7 +373,7 @@ class AgentSoftReflective(UsageLimitPolicy):
     name = "agent"
     description = "a trained FlowControl agent (soft-reflective action): fc=agent:PATH"
 
-    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+    def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = agent or load_agent(path)
         if self.agent.kind != "flow_control" or self.agent.flow_action != "soft-reflective":
             raise ConfigError(f"agent:{path} is not a FlowControl model with action='soft-reflective'")
@@ -445,7 +441,7 @@ class AgentGateway(GatewayController):
     name = "agent"
     description = "a trained Gateway-v0 agent: gateway=agent:PATH"
 
-    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+    def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = _model_of_kind(path, agent, "gateway", "Gateway-v0")
         self.path = path
 

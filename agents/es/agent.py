@@ -14,9 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from agents.es.residual import RESIDUALS
-from agents.es.search import KINDS
-from llmsched_gym.envs.core import make_setup
+from agents.es.residual import KINDS, RESIDUALS, make_residual
 from llmsched_gym.errors import ConfigError
 
 
@@ -37,7 +35,7 @@ class EsAgent:
         self.kind = KINDS[self.env_id]
         kw = dict(self.meta.get("env_kwargs") or {})
         rate = dict(zip([self.meta["rate_kind"]] if self.meta.get("rate_kind") else [], self.meta.get("rates", [])))
-        self.residual = RESIDUALS[self.env_id](make_setup(self.kind, scenario=self.meta["scenario"], **rate, **kw))
+        self.residual = make_residual(self.env_id, {"scenario": self.meta["scenario"], **rate, **kw})
         self.theta = np.asarray(self.meta["theta"], np.float64)[None]
         if self.theta.shape[1] != self.residual.dim:
             raise ConfigError(f"agent:{path}: theta has {self.theta.shape[1]} values; the residual needs "

@@ -153,5 +153,15 @@ class GatewayResidual:
 #: Environment id -> its residual class.
 RESIDUALS = {"llmsched/Routing-v0": RoutingResidual, "llmsched/FlowControl-v0": FlowResidual,
              "llmsched/Gateway-v0": GatewayResidual}
+#: Environment id -> its kind (``make_setup``'s first argument).
+KINDS = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
+         "llmsched/Gateway-v0": "gateway"}
 #: Environment keywords a residual needs (FlowControl: the soft-reflective action).
 RESIDUAL_ENV_KWARGS = {"llmsched/FlowControl-v0": {"action": "soft-reflective"}}
+
+
+def make_residual(env_id: str, env_kwargs: dict):
+    """The residual policy of ``env_id`` for the environment ``env_kwargs`` describe."""
+    from llmsched_gym.envs.core import make_setup
+
+    return RESIDUALS[env_id](make_setup(KINDS[env_id], **env_kwargs))

@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel
 
 from agents.es.paired import evaluate_task
-from agents.es.residual import RESIDUAL_ENV_KWARGS, RESIDUALS
+from agents.es.residual import KINDS, RESIDUAL_ENV_KWARGS, RESIDUALS, make_residual
 from llmsched_gym.envs.core import make_setup
 from llmsched_gym.errors import ConfigError
 from llmsched_gym.evaluation.backends import BACKENDS, make_backend
@@ -35,8 +35,6 @@ from llmsched_gym.validation import STRICT, ranged, validate_model
 DECLARED = Path(__file__).resolve().parents[1] / "declared_seeds.yaml"
 #: CMA-ES means of this many last generations compete in the final selection.
 LAST_MEANS = 4
-KINDS = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
-         "llmsched/Gateway-v0": "gateway"}
 
 
 def declared_training_range() -> tuple[int, int]:
@@ -125,7 +123,7 @@ def search(env_id: str, env_kwargs: dict, settings: EsSettings, train_pool: list
                           f"--train-seeds")
     if set(train_pool) & set(select_seeds):
         raise ConfigError("--train-seeds and --select-seeds overlap; selection needs seeds of its own")
-    residual = RESIDUALS[env_id](make_setup(KINDS[env_id], **env_kwargs))
+    residual = make_residual(env_id, env_kwargs)
     rng = np.random.default_rng(settings.seed)
     opt = CMA(mean=np.zeros(residual.dim), sigma=settings.sigma, population_size=settings.popsize,
               seed=settings.seed)
