@@ -44,6 +44,7 @@ from baselines.flow_control import SoftReflectiveCeiling
 from llmsched_gym.envs.core import (
     COMMON_KEYS,
     DRIVERS,
+    HINT_KEY,
     INTERVAL_KEYS,
     ROUTING_KEYS,
     Driver,
@@ -192,19 +193,28 @@ class _ViewSim:
     def __init__(self, view, request=None, arrivals=None):
         self.view = view
         self.pending_info = request
+        self.pending_route = None if request is None else request.id
         self.now = view.now
         self._arrivals = arrivals
 
     def current_view(self):
         return self.view
 
+    def suggest(self, r: int) -> int:
+        """The hint router's choice for the request being routed (the simulator's, via the view)."""
+        if self.view.suggest is None:
+            raise ConfigError("an agent trained with Routing-v0's hint routes only as a simulator's router, which "
+                              "keeps the hint router for it (Simulator(hint=...))")
+        return self.view.suggest(self.pending_info)
+
     def prefix_hit_tokens(self, request):
         return self.view.prefix_hit_tokens(request)
 
 
-def _setup_for(kind: str, view, exclude=()):
-    """An environment ``Setup`` for the cluster the view describes (any size)."""
-    extra = ROUTING_KEYS if kind == "routing" else INTERVAL_KEYS
+def _setup_for(kind: str, view, exclude=(), hint: str | None = None):
+    """An environment ``Setup`` for the cluster the view describes (any size); ``hint``: the
+    Routing env's ``hint`` router (its key observed)."""
+    extra = ROUTING_KEYS + ([HINT_KEY] if hint is not None else []) if kind == "routing" else INTERVAL_KEYS
     keys = [k for k in COMMON_KEYS + extra if k.name not in set(exclude)]
     bands = tuple(view.band_priorities) or (0,)
     return Setup(kind=kind, scenario=SimpleNamespace(cluster=SimpleNamespace(engine=view.engine)), horizon=None,
@@ -218,9 +228,9 @@ class ObservationBuilder:
     """Builds the environment's normalized observation (batch of one) from a RouterView,
     with the environment's driver code (see the module docstring)."""
 
-    def __init__(self, kind: str, view, exclude=()):
+    def __init__(self, kind: str, view, exclude=(), hint: str | None = None):
         self.kind = kind
-        self.setup = _setup_for(kind, view, exclude)
+        self.setup = _setup_for(kind, view, exclude, hint)
         drv = DRIVERS[kind].__new__(DRIVERS[kind])
 
         Driver.__init__(drv, self.setup)
@@ -259,6 +269,9 @@ class AgentRouter(RoutingPolicy):
     def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = _model_of_kind(path, agent, "routing", "routing")
         self.path = path
+        #: trained with Routing-v0's ``hint``: the simulator keeps that router's books for it
+        #: and its choice is observed, as in the environment (``view.suggest``)
+        self.hint = (self.agent.meta.get("env_kwargs") or {}).get("hint")
         self._builder = None
         # a CMA-ES residual: numpy float64 logits
         self._logits = getattr(self.agent, "route_logits", None)
@@ -273,7 +286,7 @@ class AgentRouter(RoutingPolicy):
         """The environment's observation (a batch of one) for routing ``request`` now."""
         b = self._builder
         if b is None or b.key != (int(view.num_instances), tuple(view.band_priorities)):
-            b = self._builder = ObservationBuilder("routing", view, self.agent.obs_exclude)
+            b = self._builder = ObservationBuilder("routing", view, self.agent.obs_exclude, self.hint)
         return b.build(view, request)
 
     def route(self, request, view) -> int:

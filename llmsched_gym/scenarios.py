@@ -276,9 +276,11 @@ class Scenario:
     @checked_keywords
     def simulator(self, seed: int = 0, *, router=None, flow_control=..., admission=None,
                   workload: Workload | None = None, horizon_s=..., batch: bool = True, faults=...,
-                  **gateway) -> Simulator:
+                  hint: str | None = None, **gateway) -> Simulator:
         """A :class:`Simulator` of this scenario; policy arguments override the defaults.
         ``faults`` (default: the scenario's) replaces its fault schedule (None: none).
+        ``hint``: a compiled router consulted while routing is decided outside the engine
+        (``Simulator``'s ``hint``).
 
         ``flow_control=None`` disables the gateway queue; leave it out to keep the
         scenario's default. ``batch=False`` leaves it to be placed in a shared batched
@@ -299,7 +301,8 @@ class Scenario:
             workload = self.build_workload(seed)
             self._check_servable(workload)
         faults = self.faults if faults is ... else faults
-        return Simulator(workload, self.cluster, g, seed=seed, horizon_s=horizon_s, faults=faults, batch=batch)
+        return Simulator(workload, self.cluster, g, seed=seed, horizon_s=horizon_s, faults=faults, batch=batch,
+                         hint=hint)
 
     def check_runnable(self, seed: int = 0) -> None:
         """What :meth:`simulator` and :meth:`check_horizon` check, on the workload of

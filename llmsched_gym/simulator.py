@@ -34,10 +34,12 @@ from .engine.api import (
     ST_TIME,
     STATUS_NAMES,
     ClusterInputs,
+    CompiledForm,
     EngineState,
     RequestTable,
     cache_is_cold,
     compile_subtrees,
+    compiled_form,
     lower_policies,
 )
 from .engine.hardware import get_hardware, get_kv_link, get_model, kv_capacity_blocks
@@ -46,7 +48,14 @@ from .errors import ConfigError, PolicyError
 from .faults import FaultSchedule
 from .faults import apply as apply_fault
 from .gateway.eviction import EvictionConfig
-from .gateway.policy import AdmissionPolicy, RoutingPolicy, UsageLimitPolicy, check_policy_ref, make_policy
+from .gateway.policy import (
+    AdmissionPolicy,
+    RoutingPolicy,
+    UsageLimitPolicy,
+    check_policy_ref,
+    list_policies,
+    make_policy,
+)
 from .gateway.saturation import SaturationConfig
 from .gateway.view import RequestInfo, RouterView
 from .validation import (
@@ -323,6 +332,17 @@ class GatewayConfig:
             check_policy_ref(f"gateway.{k}", getattr(self, k), none_ok=k != "router")
 
 
+def hint_form(spec) -> CompiledForm:
+    """The compiled form of a ``hint`` router spec (``Simulator(hint=...)``, Routing-v0's
+    ``hint``); a ConfigError for an unknown router or one that runs in Python only."""
+    form = compiled_form(make_policy(spec, "routing"), ROUTER_PY)
+    if form.code == ROUTER_PY:
+        compiled = [n for n, f in list_policies("routing").items() if "compiled_form" in getattr(f, "__dict__", {})]
+        raise ConfigError(f"hint={spec!r} is a Python router; a hint is a compiled router's choice: one of "
+                          f"{', '.join(compiled)}")
+    return form
+
+
 @checked_keywords
 class Simulator:
     """One cluster serving one workload, simulated by the compiled engine.
@@ -335,6 +355,10 @@ class Simulator:
         horizon_s: stop at this simulated time; requests still running are ``in_flight``.
         faults: a :class:`~llmsched_gym.faults.FaultSchedule` (or a mapping of its fields, or
             a YAML file's path): instance crashes, scrape outages, stragglers; None: none.
+        hint: a compiled router (name or spec) consulted while routing is decided outside the
+            engine (``router="external"`` or a Python router): its books and route-time state
+            follow every dispatch, and :meth:`suggest` gives its choice (Routing-v0's ``hint``
+            observation). None (default): a Python router's own ``hint`` attribute, if any.
 
     Several simulators can share one batched state (:func:`simulate_batch`, the vector
     environments); a simulator alone is a batch of one. Built-in policies run inside the
@@ -344,7 +368,7 @@ class Simulator:
 
     def __init__(self, workload: Workload, cluster: ClusterConfig | None = None,
                  gateway: GatewayConfig | None = None, seed: int = 0, horizon_s: float | None = None,
-                 faults: FaultSchedule | dict | str | None = None, *, batch: bool = True):
+                 faults: FaultSchedule | dict | str | None = None, *, batch: bool = True, hint: str | None = None):
         self.workload = workload
         self.cluster = cluster = cluster or ClusterConfig()
         self.gateway = gateway = gateway or GatewayConfig()
@@ -363,6 +387,7 @@ class Simulator:
         for p in (self.router, self.admission, self.flow):
             if p is not None:
                 p.reset(I, self.rng)
+        self.hint_rng = copy.deepcopy(self.rng)  # the hint router's draws, apart from the cluster's
 
         # Bands: one FCFS queue per priority present in the workload, highest first.
         self.band_priorities = tuple(sorted({int(p) for p in np.unique(workload.priority)}, reverse=True)) or (0,)
@@ -399,12 +424,38 @@ class Simulator:
             self.inputs.prefill_instances = cluster.prefill_instances
             self.inputs.kv_us_per_token = cluster.kv_transfer_us_per_token()
             self.inputs.kv_latency_s = cluster.kv_transfer_latency_s()
-        needs = self._codes.router_needs  # what a compiled router keeps in the engine state
+        self._hint = self._hint_form(getattr(self.router, "hint", None) if hint is None else hint)
+        # what a compiled router keeps in the engine state
+        needs = self._codes.router_needs if self._hint is None else self._hint.needs
         self.inputs.router_block_keys = needs.get("router_block_keys")
         self.inputs.prefix_classes = needs.get("prefix_classes")
         self._set_faults(FaultSchedule.from_value(faults))
         if batch:
             SimulatorBatch([self])
+
+    def _hint_form(self, spec) -> CompiledForm | None:
+        """The compiled form of the ``hint`` router (None: no hint), checked (:func:`hint_form`,
+        and routing decided outside the engine)."""
+        if spec is None:
+            return None
+        form = hint_form(spec)
+        if self._codes.router != ROUTER_PY:
+            raise ConfigError(f"hint={spec!r} needs routing decided outside the engine (router='external' or a "
+                              f"Python router); the compiled router {self.router.name!r} routes itself")
+        return form
+
+    def suggest(self, r: int | None = None) -> int:
+        """The ``hint`` router's choice for request ``r`` (default: the pending one) now, drawn
+        from :attr:`hint_rng`; the simulation is unchanged. On a P/D cluster: the decode instance."""
+        if self._hint is None:
+            raise ConfigError("suggest needs a simulator built with hint=<compiled router>")
+        r = self.pending_route if r is None else r
+        if r is None:
+            raise PolicyError("no routing decision is pending")
+        return self.state.suggest(self.c, self.r0 + int(r), self.hint_rng)
+
+    def _suggest_for(self, request: RequestInfo) -> int:
+        return self.suggest(request.id)
 
     def _set_faults(self, faults: FaultSchedule | None) -> None:
         """The fault schedule's timeline, applied at pause points by :meth:`SimulatorBatch.advance_clusters`."""
@@ -460,6 +511,9 @@ class Simulator:
         """Start this simulation in slot ``c`` of a batched state (loaded with its inputs)."""
         codes = self._codes
         state.set_policy(c, "router", codes.router, codes.router_params)
+        if self._hint is not None:  # its books, then routing handed out: the books stay (CI_BOOKS)
+            state.set_policy(c, "router", self._hint.code, self._hint.params)
+            state.set_policy(c, "router", ROUTER_PY)
         state.set_policy(c, "flow", codes.flow, codes.flow_params)
         state.set_policy(c, "admission", codes.admission, codes.admission_params)
         if state.clusters.nprefill[c]:
@@ -473,6 +527,7 @@ class Simulator:
             engine=self.cluster.engine, kv_blocks=None, rng=self.rng,
             band_priorities=self.band_priorities, band_lengths=np.zeros(len(self.band_priorities), np.int64),
             band_oldest_wait_s=np.zeros(len(self.band_priorities)), arrivals_since=self.arrivals_since,
+            suggest=None if self._hint is None else self._suggest_for,
         )
         self._bind(state, c)
         self.router = self.router  # Python routers hear of finishes (see the setter)

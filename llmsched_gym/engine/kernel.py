@@ -1421,7 +1421,8 @@ def _route_preble(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, lat_p, win_t
     """Preble's E2 (baselines/routing/preble.py): rebalance to the least loaded, exploit
     the longest cached prefix above the hit threshold, else explore the lowest predicted
     prefill + decode-load cost. Its recent TPOT predictions (for the median estimate) are
-    a ring in ``win_t`` over the cluster's request slots (one per routed request at most)."""
+    a ring in ``win_t`` over the cluster's request slots, one per routed request
+    (:func:`_record_preble`)."""
     i0 = clu_i[CI_INST0, c]
     i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n = i1 - i0
@@ -1449,26 +1450,33 @@ def _route_preble(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, lat_p, win_t
             if exploit and hits[i] != best:
                 cost[i] = np.inf
         choice = np.argmin(cost)
-    g = i0 + choice
-    context = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] * bs + inp
-    win_t[base + clu_i[CI_WIN_LEN, c] % window] = step_us(kind, lat_p[g], integer_us, 0, 0.0, 0.0, 0.0,
-                                                          inst_i[II_INFLIGHT, g] + 1, float(int(context))) / 1e6
-    clu_i[CI_WIN_LEN, c] += 1
     return choice
 
 
 @njit(cache=True)
+def _record_preble(req_i, inst_i, inst_f, clu_i, clu_f, lat_p, win_t, c, r, i):
+    """Preble's TPOT window after request ``r`` went to local instance ``i``: the TPOT it
+    predicts there, from the state before the dispatch."""
+    g = clu_i[CI_INST0, c] + i
+    base, window = clu_i[CI_REQ0, c], int(clu_f[CF_R2, c])
+    context = inst_f[IF_SCR_KV, g] * inst_i[II_TOTAL, g] * clu_i[CI_BS, c] + req_i[RI_INPUT, r]
+    win_t[base + clu_i[CI_WIN_LEN, c] % window] = step_us(clu_i[CI_LAT_KIND, c], lat_p[g], clu_i[CI_INTEGER_US, c],
+                                                          0, 0.0, 0.0, 0.0, inst_i[II_INFLIGHT, g] + 1,
+                                                          float(int(context))) / 1e6
+    clu_i[CI_WIN_LEN, c] += 1
+
+
+@njit(cache=True)
 def _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
-           r):
-    """A compiled router's choice (local instance index) for request ``r``."""
+           r, kind):
+    """Compiled router ``kind``'s choice (local instance index) for request ``r``. It changes
+    no state but ``rng``'s (its draws); what the router keeps at decision time is recorded
+    by :func:`_record_route`, whoever chose."""
     i0 = clu_i[CI_INST0, c]
     i1 = i0 + clu_i[CI_NSERVE, c]  # the serving instances
     n_inst = i1 - i0
-    kind = clu_i[CI_ROUTER, c]
     if kind == ROUTER_ROUND_ROBIN:
-        i = clu_i[CI_RR_NEXT, c] % n_inst
-        clu_i[CI_RR_NEXT, c] = i + 1
-        return i
+        return clu_i[CI_RR_NEXT, c] % n_inst
     if kind == ROUTER_RANDOM:
         return rng.integers(0, n_inst)
     if kind == ROUTER_JSQ:
@@ -1672,38 +1680,78 @@ def _route_bailian_sampling(req_i, inst_i, inst_f, unit_i, ent, clu_i, clu_f, rn
 
 
 @njit(cache=True)
-def _hotspot(req_i, clu_i, clu_f, win_t, win_c, ccount, c, r, hits):
-    """The detector's ``excluded``: record the arrival in the sliding window and say whether
-    its class is a hotspot now (its share ``x`` over the window before it exceeds the
-    share of instances caching it, ``x (n - m) > m (1 - x)``, and it is a top class)."""
-    base = clu_i[CI_REQ0, c]
-    cap = clu_i[CI_WIN_CAP, c]
-    now = clu_f[CF_NOW, c]
-    start = now - clu_f[CF_R1, c]
+def _window_expire(clu_i, clu_f, win_t, win_c, ccount, c):
+    """The detector's window drops the arrivals older than its length (before a choice:
+    no choice changes, the choice then needs no copy of the counts, see :func:`_hotspot`)."""
+    base, cap = clu_i[CI_REQ0, c], clu_i[CI_WIN_CAP, c]
+    start = clu_f[CF_NOW, c] - clu_f[CF_R1, c]
     while clu_i[CI_WIN_LEN, c] and win_t[base + clu_i[CI_WIN_HEAD, c]] < start:
         old = win_c[base + clu_i[CI_WIN_HEAD, c]]
         if old >= 0:
             ccount[base + old] -= 1
         clu_i[CI_WIN_HEAD, c] = (clu_i[CI_WIN_HEAD, c] + 1) % cap
         clu_i[CI_WIN_LEN, c] -= 1
+
+
+@njit(cache=True)
+def _hotspot(req_i, clu_i, clu_f, win_t, win_c, ccount, c, r, hits):
+    """The detector's ``excluded``, changing no state: whether ``r``'s class is a hotspot now
+    (its share ``x`` over the window before it exceeds the share of instances caching it,
+    ``x (n - m) > m (1 - x)``, and it is a top class). Arrivals that aged out of the window
+    since it was last updated are left out on a copy of the class counts."""
+    base, cap, n_classes = clu_i[CI_REQ0, c], clu_i[CI_WIN_CAP, c], clu_i[CI_NCLASSES, c]
+    start = clu_f[CF_NOW, c] - clu_f[CF_R1, c]
+    head, length = clu_i[CI_WIN_HEAD, c], clu_i[CI_WIN_LEN, c]
+    counts, off = ccount, base
+    if length and win_t[base + head] < start:
+        counts, off = ccount[base:base + n_classes].copy(), 0
+        while length and win_t[base + head] < start:
+            if win_c[base + head] >= 0:
+                counts[win_c[base + head]] -= 1
+            head = (head + 1) % cap
+            length -= 1
     cls = req_i[RI_CLASS, r]
-    length = clu_i[CI_WIN_LEN, c]
-    hot = False
-    if cls >= 0 and length >= clu_f[CF_R3, c]:
-        x = ccount[base + cls] / length
-        n = len(hits)
-        m = 0
-        for i in range(n):
-            if hits[i] > 0:
-                m += 1
-        if 0 < m < n and x * (n - m) > m * (1 - x):
-            hot = ccount[base + cls] >= _kth_largest_count(ccount, base, clu_i[CI_NCLASSES, c], int(clu_f[CF_R2, c]))
+    if cls < 0 or length < clu_f[CF_R3, c]:
+        return False
+    x = counts[off + cls] / length
+    n = len(hits)
+    m = 0
+    for i in range(n):
+        if hits[i] > 0:
+            m += 1
+    if 0 < m < n and x * (n - m) > m * (1 - x):
+        return counts[off + cls] >= _kth_largest_count(counts, off, n_classes, int(clu_f[CF_R2, c]))
+    return False
+
+
+@njit(cache=True)
+def _window_append(req_i, clu_i, clu_f, win_t, win_c, ccount, c, r):
+    """The detector's window after request ``r`` was routed (wherever it went): its arrival
+    enters the window."""
+    _window_expire(clu_i, clu_f, win_t, win_c, ccount, c)
+    base, cap = clu_i[CI_REQ0, c], clu_i[CI_WIN_CAP, c]
+    cls = req_i[RI_CLASS, r]
     if cls >= 0:
         ccount[base + cls] += 1
+    length = clu_i[CI_WIN_LEN, c]
     tail = (clu_i[CI_WIN_HEAD, c] + length) % cap
-    win_t[base + tail], win_c[base + tail] = now, cls
+    win_t[base + tail], win_c[base + tail] = clu_f[CF_NOW, c], cls
     clu_i[CI_WIN_LEN, c] = length + 1
-    return hot
+
+
+@njit(cache=True)
+def _record_route(req_i, inst_i, inst_f, clu_i, clu_f, lat_p, win_t, win_c, ccount, kind, c, r, i):
+    """What router ``kind`` keeps at decision time, after request ``r`` was routed to local
+    instance ``i`` (of the instances routing sees), as if it had chosen ``i`` itself:
+    round-robin's pointer, LMetric's detector window, Preble's TPOT window. Called on every
+    routing decision, the router's own or one taken outside (:func:`dispatch_decided`)."""
+    if kind == ROUTER_ROUND_ROBIN:
+        clu_i[CI_RR_NEXT, c] = i + 1
+    elif kind == ROUTER_LMETRIC or kind == ROUTER_LMETRIC_WEIGHTED:
+        if clu_f[CF_R0, c] > 0:
+            _window_append(req_i, clu_i, clu_f, win_t, win_c, ccount, c, r)
+    elif kind == ROUTER_PREBLE:
+        _record_preble(req_i, inst_i, inst_f, clu_i, clu_f, lat_p, win_t, c, r, i)
 
 
 @njit(cache=True)
@@ -1826,14 +1874,48 @@ def _up_instance(inst_i, clu_i, c):
 
 
 @njit(cache=True)
-def dispatch_decided(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i):
+def dispatch_decided(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
+                     ccount, lat_p, c, r, i):
     """A routing decision made outside the kernel (a Python policy, an environment's
     agent): send request ``r`` to local instance ``i``, on a P/D cluster its decode
-    instance (:func:`place_pd`); returns False if it was dropped."""
-    if clu_i[CI_NPREFILL, c]:
+    instance (:func:`place_pd`); returns False if it was dropped. The books router
+    (``CI_BOOKS``) records the decision as its own (:func:`_record_route`)."""
+    n_prefill = clu_i[CI_NPREFILL, c]
+    if n_prefill:
+        i0, n = clu_i[CI_INST0, c], clu_i[CI_NSERVE, c]
+        clu_i[CI_INST0, c], clu_i[CI_NSERVE, c] = i0 + n_prefill, n - n_prefill  # the router sees the decode pool
+        _record_route(req_i, inst_i, inst_f, clu_i, clu_f, lat_p, win_t, win_c, ccount, clu_i[CI_BOOKS, c], c, r,
+                      i - n_prefill)
+        clu_i[CI_INST0, c], clu_i[CI_NSERVE, c] = i0, n
         place_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
         return req_i[RI_OUTCOME, r] != DROPPED
+    _record_route(req_i, inst_i, inst_f, clu_i, clu_f, lat_p, win_t, win_c, ccount, clu_i[CI_BOOKS, c], c, r, i)
     return dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
+
+
+@njit(cache=True)
+def _choose(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
+            r, kind):
+    """Router ``kind``'s choice for request ``r`` and its record of it (the compiled path)."""
+    if (kind == ROUTER_LMETRIC or kind == ROUTER_LMETRIC_WEIGHTED) and clu_f[CF_R0, c] > 0:
+        _window_expire(clu_i, clu_f, win_t, win_c, ccount, c)
+    i = _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
+               r, kind)
+    _record_route(req_i, inst_i, inst_f, clu_i, clu_f, lat_p, win_t, win_c, ccount, kind, c, r, i)
+    return i
+
+
+@njit(cache=True)
+def suggest(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
+            r):
+    """The local instance the cluster's books router (``CI_BOOKS``) would choose for request
+    ``r`` now (on a P/D cluster: its decode instance), changing no state but ``rng``'s."""
+    i0, n, n_prefill = clu_i[CI_INST0, c], clu_i[CI_NSERVE, c], clu_i[CI_NPREFILL, c]
+    clu_i[CI_INST0, c], clu_i[CI_NSERVE, c] = i0 + n_prefill, n - n_prefill  # P/D: the router sees the decode pool
+    i = _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
+               r, clu_i[CI_BOOKS, c])
+    clu_i[CI_INST0, c], clu_i[CI_NSERVE, c] = i0, n
+    return n_prefill + i
 
 
 @njit(cache=True)
@@ -1848,8 +1930,8 @@ def _dispatch(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, h
         _dispatch_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
                      ccount, lat_p, rng, c, r)
         return
-    i = _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
-               r)
+    i = _choose(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rng, c,
+                r, clu_i[CI_ROUTER, c])
     dispatch_to(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, i)
 
 
@@ -1863,8 +1945,8 @@ def _dispatch_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t
     decode instance. A request with one output token is never disaggregated."""
     i0, n, n_prefill = clu_i[CI_INST0, c], clu_i[CI_NSERVE, c], clu_i[CI_NPREFILL, c]
     clu_i[CI_INST0, c], clu_i[CI_NSERVE, c] = i0 + n_prefill, n - n_prefill  # the router sees the decode pool
-    d = n_prefill + _route(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount,
-                           lat_p, rng, c, r)
+    d = n_prefill + _choose(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount,
+                            lat_p, rng, c, r, clu_i[CI_ROUTER, c])
     clu_i[CI_INST0, c], clu_i[CI_NSERVE, c] = i0, n
     place_pd(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c, r, d)
 

@@ -793,7 +793,26 @@ class EngineState:
         """Send global request ``r`` of cluster ``c`` to its local instance ``i`` (on a P/D
         cluster: its decode instance); False if dropped."""
         return kernel.dispatch_decided(self.req_i, self.req_f, self.unit_i, self.inst_i, self.inst_f, self.ent,
-                                       self.clu_i, self.clu_f, self.heap_t, self.heap_r, self.bkey, self.ix, c, r, i)
+                                       self.clu_i, self.clu_f, self.heap_t, self.heap_r, self.bkey, self.ix,
+                                       self.win_t, self.win_c, self.ccount, self.lat_p, c, r, i)
+
+    def suggest(self, c: int, r: int, rng: np.random.Generator | None = None) -> int:
+        """The local instance cluster ``c``'s books router (``CI_BOOKS``: its compiled router, or
+        the one routing was taken over from) would choose for global request ``r`` now (on a
+        P/D cluster: the decode instance), changing no state.
+
+        Args:
+            c: the cluster slot.
+            r: a global request index (the pending one: ``state.clusters.pending[c]``).
+            rng: the generator a randomized router draws from (its tie-breaks, its samples);
+                None: a copy of the cluster's, so the cluster's own draws are untouched.
+        """
+        if self.clu_i[LAYOUT["CI_BOOKS"], c] == ROUTER_PY:
+            raise ValueError(f"cluster slot {c} has no compiled router to ask (its books router is ROUTER_PY)")
+        rng = copy.deepcopy(self.rngs[c]) if rng is None else rng
+        return int(kernel.suggest(self.req_i, self.req_f, self.inst_i, self.inst_f, self.unit_i, self.ent, self.clu_i,
+                                  self.clu_f, self.bkey, self.ix, self.win_t, self.win_c, self.ccount, self.lat_p, rng,
+                                  c, r))
 
     def cached_tokens(self, c: int, r: int) -> np.ndarray:
         """Cached prompt tokens of global request ``r`` on each instance of cluster ``c``."""

@@ -13,7 +13,15 @@ import numpy as np
 from numba import njit
 
 from ..engine.borrow import borrowed
-from ..engine.kernel import advance, cached_tokens, dispatch_decided, fits_all, pairwise_sum, saturation_now
+from ..engine.kernel import (
+    advance,
+    cached_tokens,
+    dispatch_decided,
+    fits_all,
+    pairwise_sum,
+    saturation_now,
+    suggest,
+)
 from ..engine.layout import (
     BQ_HEAD,
     BQ_LEN,
@@ -65,12 +73,13 @@ N_T = 5
 
 
 @njit(cache=True)
-def route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, choices):
+def route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c, ccount,
+              lat_p, choices):
     """Answer every cluster's pending routing decision with ``choices[c]``."""
     for c in range(len(choices)):
         clu_i[CI_STATUS, c] = ST_TIME
-        dispatch_decided(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, c,
-                         clu_i[CI_PENDING, c], choices[c])
+        dispatch_decided(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t,
+                         win_c, ccount, lat_p, c, clu_i[CI_PENDING, c], choices[c])
 
 
 @njit(cache=True)
@@ -146,6 +155,19 @@ def routing_obs(req_i, req_f, unit_i, inst_i, ent, clu_i, clu_f, sim_bands, n_ba
 
 
 @njit(cache=True)
+def hint_obs(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p, rngs,
+             hint):
+    """The ``hint`` key: one-hot of the books router's choice for each cluster's pending
+    request (zeros where none is pending), drawing from ``rngs[c]`` (the simulators'
+    ``hint_rng``); the driver's ``_extra_obs`` for every cluster, once per decision."""
+    for c in range(hint.shape[0]):
+        hint[c] = 0.0
+        if clu_i[CI_STATUS, c] == ST_ROUTE:
+            hint[c, suggest(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount,
+                            lat_p, rngs[c], c, clu_i[CI_PENDING, c])] = 1.0
+
+
+@njit(cache=True)
 def track_costs(req_i, req_f, clu_i, clu_f, trk, wband, e2e, penalty, scale, final, rewards):
     """One step of every cluster's cost tracker (``ttft`` / ``e2e`` rewards); fills ``rewards``.
 
@@ -216,7 +238,7 @@ def arrival_rates(req_i, clu_i, sim_bands, prev, interval, out):
 # ===================================================================== fused step
 #: The raw observation buffers of :func:`observe`, in this order (observed or not).
 RAW_KEYS = ("saturation", "running", "waiting", "kv_util", "in_flight", "prefill_tokens", "band_length",
-            "band_oldest_wait", "prefix_hit", "request", "band_arrival_rate", "metric_age")
+            "band_oldest_wait", "prefix_hit", "request", "band_arrival_rate", "metric_age", "hint")
 #: Normalization codes of core.TRANSFORMS ("frac" and "sat" are the identity).
 NORM_CODES = {"count": 0, "tokens": 1, "time": 2, "frac": 3, "sat": 3, "request": 4}
 _LOG2 = np.log(2.0)
@@ -246,11 +268,13 @@ def _normalize(x, out, code, high, normalize):
 
 
 @njit(cache=True)
-def observe(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, sim_bands, n_bands, routing, raw,
-            raw_off, arrival_rate, keys, codes, highs, normalize, out, out_off, masks):
+def observe(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, bkey, ix, win_t, win_c, ccount, lat_p,
+            hint_rngs, hinted, sim_bands, n_bands, routing, raw, raw_off, arrival_rate, keys, codes, highs, normalize,
+            out, out_off, masks):
     """Every cluster's raw observation (``raw``: the keys of RAW_KEYS as column blocks
     at ``raw_off``), the observed keys ``keys`` normalized into ``out`` (column blocks at
-    ``out_off``), and (Routing) the action masks."""
+    ``out_off``), and (Routing) the action masks; ``hinted``: the ``hint`` key too
+    (:func:`hint_obs`, drawing from ``hint_rngs``)."""
     o = raw_off
     req_i, req_f, unit_i, inst_i, inst_f, ent = (borrowed(req_i), borrowed(req_f), borrowed(unit_i),
                                                  borrowed(inst_i), borrowed(inst_f), borrowed(ent))
@@ -262,6 +286,9 @@ def observe(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, bq, sim_ban
         routing_obs(req_i, req_f, unit_i, inst_i, ent, clu_i, clu_f, sim_bands, n_bands, raw[:, o[8]:o[9]],
                     raw[:, o[9]:o[10]])
         action_masks(req_i, inst_i, clu_i, masks)
+        if hinted:
+            hint_obs(req_i, req_f, inst_i, inst_f, unit_i, ent, clu_i, clu_f, bkey, ix, win_t, win_c, ccount, lat_p,
+                     hint_rngs, raw[:, o[12]:o[13]])
     else:
         raw[:, o[10]:o[11]] = arrival_rate
     metric_age(inst_f, clu_i, clu_f, raw[:, o[11]:o[12]])
@@ -284,7 +311,8 @@ def step(req_i, req_f, unit_i, inst_i, inst_f, ent, run, seg, clu_i, clu_f, bq, 
     clu_i, clu_f, heap_t, heap_r, bkey, ix = (borrowed(clu_i), borrowed(clu_f), borrowed(heap_t), borrowed(heap_r),
                                               borrowed(bkey), borrowed(ix))
     if routing:
-        route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, choices)
+        route_all(req_i, req_f, unit_i, inst_i, inst_f, ent, clu_i, clu_f, heap_t, heap_r, bkey, ix, win_t, win_c,
+                  ccount, lat_p, choices)
     else:
         for c in range(C):
             prev[c] = clu_i[CI_PTR, c]

@@ -26,6 +26,7 @@ from ..errors import ConfigError
 from ..evaluation.metrics import LazySummary
 from ..gateway.policy import AdmissionPolicy, UsageLimitPolicy, make_policy
 from ..scenarios import Scenario, ScenarioOverrides, check_scenario_overrides, make_scenario
+from ..simulator import hint_form
 from ..validation import (
     LIMIT_WHY,
     MAX_SECONDS,
@@ -174,6 +175,7 @@ class Setup:
     band_priorities: tuple = ()
     sheddable: tuple = ()  # band indices with priority < 0
     flow_action: str = "ceilings"  # FlowControl: what the action sets (FLOW_ACTIONS)
+    hint: str | None = None  # Routing: the compiled router whose choice the ``hint`` key shows
     observation_space: spaces.Dict | None = None
     action_space: spaces.Space | None = None
 
@@ -585,7 +587,7 @@ class RoutingDriver(Driver):
         s = self.setup
         fc = None if s.flow_control is ... else s.flow_control
         return s.scenario.simulator(seed, router="external", flow_control=fc, batch=not self.batched,
-                                    admission=s.admission or "always-admit", horizon_s=s.horizon)
+                                    admission=s.admission or "always-admit", horizon_s=s.horizon, hint=s.hint)
 
     def _start(self):
         return self.sim.advance()
@@ -613,6 +615,10 @@ class RoutingDriver(Driver):
 
     def _extra_obs(self, raw, row):
         sim = self.sim
+        if "hint" in raw:  # computed once per decision: a randomized hint router draws from sim.hint_rng
+            raw["hint"][row] = 0.0
+            if sim.pending_route is not None:
+                raw["hint"][row, sim.suggest(sim.pending_route)] = 1.0
         info = sim.pending_info
         if info is None:  # episode over: no current request
             for k in ("prefix_hit", "request"):
@@ -738,8 +744,10 @@ class AdmissionDriver(IntervalDriver):
 DRIVERS = {"routing": RoutingDriver, "flow_control": FlowControlDriver, "admission": AdmissionDriver}
 
 ROUTING_KEYS = [ObsKey("prefix_hit", "I", "frac"), ObsKey("request", "4", "request")]
+#: Routing-v0 with ``hint=<router>``: one-hot of that compiled router's choice for the current request.
+HINT_KEY = ObsKey("hint", "I", "frac")
 INTERVAL_KEYS = [ObsKey("band_arrival_rate", "B", "count")]
-ALL_OBS_KEYS = COMMON_KEYS + ROUTING_KEYS + INTERVAL_KEYS + OPTIONAL_KEYS
+ALL_OBS_KEYS = COMMON_KEYS + ROUTING_KEYS + INTERVAL_KEYS + OPTIONAL_KEYS + [HINT_KEY]
 
 
 #: Environment kind -> the name in its id (``llmsched/<name>-v0``), for messages.
@@ -787,9 +795,10 @@ class RewardKeywords(EnvKeywords):
 
 class DecisionEnvKeywords(RewardKeywords):
     """Routing-v0's, FlowControl-v0's and Admission-v0's keywords (``action``: FlowControl-v0's
-    action mode, :data:`FLOW_ACTIONS`)."""
+    action mode, :data:`FLOW_ACTIONS`; ``hint``: Routing-v0's hinted compiled router)."""
 
     action: object = "ceilings"
+    hint: Name | None = None
 
 
 def check_render_mode(env: str, render_mode) -> None:
@@ -830,13 +839,19 @@ def make_setup(kind: str, **kwargs) -> Setup:
     flow_action = kwargs.pop("action", "ceilings")
     if kind != "flow_control" and flow_action != "ceilings":
         raise ConfigError(f"action={flow_action!r} applies to llmsched/FlowControl-v0 only")
+    hint = kwargs.pop("hint", None)
+    if hint is not None:
+        if kind != "routing":
+            raise ConfigError(f"hint={hint!r} applies to llmsched/Routing-v0 only")
+        hint_form(hint)  # a compiled router: one clear error before any simulation
     if flow_action not in FLOW_ACTIONS:
         raise ConfigError(f"action={flow_action!r} is invalid; choose one of {', '.join(FLOW_ACTIONS)}")
     fixed = {"routing": "router", "flow_control": "flow_control", "admission": "admission"}.get(kind)
     if fixed in kwargs and kwargs[fixed] is not None:
         raise ConfigError(f"{fixed}= is the agent's decision in this environment; it cannot be set")
     if kind == "routing":
-        setup = build_setup(kind, ROUTING_KEYS, **kwargs)
+        setup = build_setup(kind, ROUTING_KEYS + ([HINT_KEY] if hint is not None else []), **kwargs)
+        setup.hint = hint
         setup.action_space = spaces.Discrete(setup.num_instances)
     elif kind == "flow_control":
         setup = build_setup(kind, INTERVAL_KEYS, **kwargs)

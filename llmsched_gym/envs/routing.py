@@ -22,10 +22,13 @@ class RoutingEnv(LLMSchedEnv):
 
     ``Discrete(I)``: the instance index for the current request. ``info["action_mask"]``
     and ``action_masks()`` (for sb3-contrib's ``MaskablePPO``) give the instances that
-    can hold the request (its prompt + output fit in the instance's KV capacity and
-    ``max_model_len``); the cluster is homogeneous, so the mask is all ``True`` except
-    for a request no instance can hold, where it is also all ``True`` (the request is
-    dropped whatever the choice).
+    can hold the request, each by its own capacity: its prompt + output fit in that
+    instance's KV blocks and ``max_model_len``. On a homogeneous cluster the mask is all
+    ``True`` or all ``False``; on a mixed fleet (e.g. ``mixed-chatbot``: 8 x H20, 4 x A100
+    TP2, 4 x L40S TP2, 13,878 to 53,199 KV blocks each) a long request may fit some
+    instances only. A request no instance can hold gets an all-``True`` mask (it is dropped
+    whatever the choice). On a P/D cluster the prefill instances are ``False``: the action is
+    the decode instance.
 
     ## Observation Space
 
@@ -37,7 +40,18 @@ class RoutingEnv(LLMSchedEnv):
     request                (4,)       [0, 2]       current request: prompt tokens (log),
                                                    expected output tokens (log), band index /
                                                    (B-1), time since arrival (log time)
+    hint                   (I,)       [0, 1]       only with ``hint=<router>``: one-hot of the
+                                                   instance that compiled router would pick
+                                                   for the current request now
     =====================  =========  ===========  ==========================================
+
+    ``hint``: the router's choice in the state the agent's own decisions produced. Its
+    books (prefix index, tokens sent) and route-time state (round-robin's pointer, LMetric's
+    detector window, Preble's TPOT window) follow every dispatch as if it had chosen each
+    instance itself, so an agent that always follows the hint is that router, request for
+    request. A randomized router (``random``, ``bailian-sampling``, the random tie-breaks of
+    ``jsq`` or ``llm-d``, ...) draws from its own generator, a copy of the episode's gateway
+    generator taken at its start: observing the hint never changes the run.
 
 <<OBS>>
 
@@ -64,7 +78,10 @@ class RoutingEnv(LLMSchedEnv):
 <<ARGS>>
 
     Routing-only keywords: ``flow_control`` (usage-limit baseline, default ``None``: no
-    gateway queue) and ``admission`` (default ``"always-admit"``).
+    gateway queue), ``admission`` (default ``"always-admit"``) and ``hint`` (default
+    ``None``: no ``hint`` key; a compiled router's name or spec, e.g. ``"lmetric"`` or
+    ``"bailian:lam=0.7"``, adds it; an unknown or Python-only router is a ``ConfigError``
+    listing the compiled ones).
 
     ```python
     >>> import gymnasium as gym, llmsched_gym
@@ -75,7 +92,8 @@ class RoutingEnv(LLMSchedEnv):
 
     ## Version History
 
-    * v0: Initial version.
+    * v0: Initial version. The ``hint`` keyword and observation key were added later in v0;
+      without ``hint`` the observation space is unchanged.
     """
 
     kind = "routing"

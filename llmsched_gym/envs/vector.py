@@ -37,6 +37,7 @@ import numpy as np
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
+from numba.typed import List
 
 from ..engine.layout import CF_NOW, CI_PTR, ST_DONE, ST_HORIZON, STATUS_NAMES
 from ..simulator import SimulatorBatch
@@ -233,7 +234,7 @@ class LLMSchedVectorEnv(VectorEnv):
         until = np.inf
         if self.kind == "routing":
             batched.route_all(st.req_i, st.req_f, st.unit_i, st.inst_i, st.inst_f, st.ent, st.clu_i, st.clu_f,
-                              st.heap_t, st.heap_r, st.bkey, st.ix, actions)
+                              st.heap_t, st.heap_r, st.bkey, st.ix, st.win_t, st.win_c, st.ccount, st.lat_p, actions)
         else:
             self._apply_interval_actions(actions)
             until = self._t
@@ -292,8 +293,9 @@ class LLMSchedVectorEnv(VectorEnv):
         n, s = self.num_envs, self.setup
         final_obs = np.full(n, None, dtype=object)
         final_info = {}
-        if self._compiled:
-            self._observe()  # the action masks of the last step
+        if self._compiled:  # the action masks of the last step (not the hint: drawn once per decision)
+            st = self.batch.state
+            batched.action_masks(st.req_i, st.inst_i, st.clu_i, self._masks)
         per = self._infos()
         for i in np.flatnonzero(done).tolist():
             d = self.drivers[i]
@@ -399,15 +401,28 @@ class LLMSchedVectorEnv(VectorEnv):
         else:
             raw[10][:] = self._arrival_rate
         batched.metric_age(st.inst_f, st.clu_i, st.clu_f, raw[11])
+        if "hint" in self._raw:
+            batched.hint_obs(st.req_i, st.req_f, st.inst_i, st.inst_f, st.unit_i, st.ent, st.clu_i, st.clu_f, st.bkey,
+                             st.ix, st.win_t, st.win_c, st.ccount, st.lat_p, self._hint_rngs(), raw[12])
 
     def _observe(self) -> None:
         """The compiled observation pass: raw and normalized observations, action masks."""
         st, s = self.batch.state, self.setup
+        hinted = "hint" in self._raw
         batched.observe(st.req_i, st.req_f, st.unit_i, st.inst_i, st.inst_f, st.ent, st.clu_i, st.clu_f, st.bq,
+                        st.bkey, st.ix, st.win_t, st.win_c, st.ccount, st.lat_p,
+                        self._hint_rngs() if hinted else st.rngs, hinted,
                         self._sim_bands, len(s.band_priorities), self.kind == "routing", self._raw_flat,
                         self._raw_off, self._arrival_rate, self._obs_index, self._obs_codes, self._obs_high,
                         s.normalize, self._out_flat, self._out_off, self._masks)
         self._obs_fused = True
+
+    def _hint_rngs(self) -> List:
+        """The simulators' ``hint_rng``, one per cluster (the ``hint`` key's draws)."""
+        rngs = List()
+        for d in self.drivers:
+            rngs.append(d.sim.hint_rng)
+        return rngs
 
     def _obs(self) -> dict[str, np.ndarray]:
         """The normalized observations of the last observation pass (fresh arrays)."""

@@ -103,6 +103,9 @@ class RoutingPolicy(Policy):
     """Pick an instance for a request. Hooks let a router keep its own state."""
 
     role = "routing"
+    #: A compiled router whose choice the simulator offers as ``view.suggest`` (a trained
+    #: agent's ``hint`` observation; ``Simulator(hint=...)``); None: none.
+    hint: str | None = None
 
     def route(self, request: RequestInfo, view: RouterView) -> int:
         raise NotImplementedError

@@ -72,6 +72,8 @@ class RouterView:
         rng: the gateway's seeded generator; policies draw all randomness from it.
     Gateway queues: ``band_priorities`` (band 0 highest), ``band_lengths``,
     ``band_oldest_wait_s``, and ``arrivals_since(t)``: arrivals per band after time ``t``.
+    ``suggest(request)``: where the simulator's ``hint`` router would send the request now
+    (``Simulator.suggest``; None without a hint).
     """
 
     now: float
@@ -92,3 +94,4 @@ class RouterView:
     band_lengths: np.ndarray | None = None
     band_oldest_wait_s: np.ndarray | None = None
     arrivals_since: Callable[[float], np.ndarray] | None = None
+    suggest: Callable[[RequestInfo], int] | None = None
