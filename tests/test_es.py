@@ -4,6 +4,7 @@ evaluation, an improvement on a tiny case, and the CLI's bad-input errors."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,6 +61,17 @@ def test_routing_theta0_is_lmetric_request_for_request():
     # the env sums its cost step by step, episode_cost in one pass: equal up to rounding
     np.testing.assert_allclose(cost[0], [episode_cost(refs[5], setup), episode_cost(refs[6], setup)], rtol=1e-12)
     assert not np.array_equal(cost[0], cost[1])
+
+
+@pytest.mark.parametrize("router", ["llm-d-predicted-latency", "preble"])
+def test_hint_base_theta0_is_the_hinted_router(router):
+    """With Routing-v0's hint, theta = 0 is the hinted router: the same episode cost."""
+    ev = PairedEvaluator("llmsched/Routing-v0", {**ROUTING, "hint": router})
+    assert ev.residual.heuristic == router
+    cost = ev.costs(np.zeros((1, 9)), [5])
+    sc = _scenario("toolagent", 4.0)
+    ref = sc.simulator(5, router=router).run()
+    np.testing.assert_allclose(cost[0, 0], episode_cost(ref, make_setup("routing", scenario=sc)), rtol=1e-12)
 
 
 def test_routing_theta0_agent_compares_equal_to_lmetric(tiny_run):
@@ -175,3 +187,38 @@ def test_unknown_env_is_refused(capsys):
 def test_train_es_rejects_bad_settings(tmp_path):
     with pytest.raises(ConfigError, match="sigma"):
         train_es("llmsched/Routing-v0", "toolagent", {}, {"horizon": 4.0}, {"sigma": -1.0}, tmp_path / "x")
+
+
+PRETRAINED = Path(__file__).resolve().parents[1] / "agents" / "pretrained"
+
+
+def test_shipped_es_agents_load_as_policies():
+    """Every shipped CMA-ES agent loads as agent:PATH in its role, with its evaluation record."""
+    from llmsched_gym.gateway.policy import make_policy
+
+    dirs = [d for d in PRETRAINED.iterdir() if (d / "agent.json").is_file()
+            and json.loads((d / "agent.json").read_text())["algo"] == "cmaes"]
+    assert dirs
+    for d in dirs:
+        rec = json.loads((d / "REPRODUCE.json").read_text())
+        assert rec["evaluation"]["verdict"] == "beats" and rec["evaluation"]["cost_change"][2] < 0
+        meta = json.loads((d / "agent.json").read_text())
+        role = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "usage-limit",
+                "llmsched/Gateway-v0": "gateway"}[meta["env_id"]]
+        assert make_policy(f"agent:{d}", role).role == role
+
+
+@pytest.mark.slow
+def test_reproduce_shipped_es_agent(tmp_path):
+    """The documented command retrains es-toolagent to the same theta, bit for bit."""
+    import shlex
+    import subprocess
+    import sys
+
+    d = PRETRAINED / "es-toolagent"
+    rec = json.loads((d / "REPRODUCE.json").read_text())
+    argv = shlex.split(rec["command"].replace("OUT", str(tmp_path / "run")))
+    assert argv[:2] == ["llmsched-gym", "train"]
+    subprocess.run([sys.executable, "-m", "llmsched_gym.cli", *argv[1:]], check=True, cwd=PRETRAINED.parents[1])
+    got = json.loads((tmp_path / "run" / "agent.json").read_text())
+    assert got["theta"] == json.loads((d / "agent.json").read_text())["theta"]

@@ -8,7 +8,9 @@ arrays, float32 as the environments return them) with one ``theta`` row per clus
   from the observation (:func:`lmetric_logits`, the numpy twin of
   ``agents.networks.lmetric_logits``) + ``theta . f_i``, with ``f_i`` a few per-instance
   features centred over the instances; the argmax over the action mask (first index on
-  ties). At ``theta = 0`` it routes exactly as ``lmetric-no-detector``.
+  ties). At ``theta = 0`` it routes exactly as ``lmetric-no-detector``. With Routing-v0's
+  ``hint=<router>`` the base is the one-hot of that router's pick instead (exactly that
+  router at ``theta = 0``).
 * :class:`FlowResidual` (``llmsched/FlowControl-v0``, ``action="soft-reflective"``):
   action = ``clip(0.5 + Theta h(obs), 0, 1)`` with ``Theta`` a ``2 x H`` matrix over a
   few cluster-level features; (0.5, 0.5) is the published soft-reflective ceiling.
@@ -27,6 +29,8 @@ LN2 = float(np.log(2.0))
 #: the ingredients of LMetric's metric, so ``theta`` can reweight prefill against batch size.
 ROUTING_FEATURES = ("running", "waiting", "kv_util", "in_flight", "prefill_tokens", "prefix_hit",
                     "log_uncached", "log_backlog", "log_batch")
+#: The hint router's logit lead (the features' scale is ~0.1-1 per unit of theta).
+HINT_GAIN = 1.0
 #: Per-instance features of Gateway-v0's routing factors (centred over instances).
 GATEWAY_INSTANCE_FEATURES = ("running", "waiting", "kv_util", "in_flight", "prefill_tokens")
 
@@ -84,17 +88,25 @@ def cluster_feature_names(bands: int) -> list[str]:
 
 
 class RoutingResidual:
-    """LMetric's logits + ``theta . f_i`` (see the module docstring); ``dim`` = 9."""
+    """A heuristic's logits + ``theta . f_i`` (see the module docstring); ``dim`` = 9.
 
-    heuristic = "lmetric-no-detector"
+    The base is LMetric's logits recovered from the observation, or, when the environment
+    observes Routing-v0's ``hint`` (``hint=<compiled router>``), ``HINT_GAIN`` times the
+    one-hot of that router's pick: at ``theta = 0`` the policy is that router, and the
+    correction changes a pick only where it outweighs the gain.
+    """
+
     feature_names = ROUTING_FEATURES
 
     def __init__(self, setup=None):
         self.dim = len(ROUTING_FEATURES)
+        self.hint = getattr(setup, "hint", None)
+        self.heuristic = self.hint or "lmetric-no-detector"
 
     def logits(self, obs: dict, thetas: np.ndarray) -> np.ndarray:
         """Float64 logits ``(N, I)``; ``thetas`` ``(N, dim)``."""
-        return lmetric_logits(obs) + np.einsum("nif,nf->ni", routing_features(obs), thetas)
+        base = HINT_GAIN * obs["hint"].astype(np.float64) if self.hint else lmetric_logits(obs)
+        return base + np.einsum("nif,nf->ni", routing_features(obs), thetas)
 
     def act(self, obs: dict, thetas: np.ndarray, mask: "np.ndarray | None" = None) -> np.ndarray:
         """The instance per cluster ``(N,)`` int64: the argmax over the mask."""
