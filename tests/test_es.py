@@ -102,7 +102,9 @@ def test_flow_theta0_is_soft_reflective_ceiling(tmp_path):
     sc = _scenario("codegen", 20.0, paper_qps=16)
     ref = sc.simulator(5, flow_control="soft-reflective-ceiling").run()
     np.testing.assert_allclose(cost[0, 0], episode_cost(ref, make_setup("flow_control", scenario=sc)), rtol=1e-12)
-    env_kwargs = {k: v for k, v in FLOW.items() if k not in ("scenario", "paper_qps")}
+    # priority weights as a weighted-cost run records them (JSON: the priorities become strings)
+    env_kwargs = {**{k: v for k, v in FLOW.items() if k not in ("scenario", "paper_qps")},
+                  "priority_weights": {0: 8.0, -1: 0.5}}
     meta = {"env_id": "llmsched/FlowControl-v0", "algo": "cmaes", "scenario": "codegen", "rate_kind": "paper_qps",
             "rates": [16], "env_kwargs": env_kwargs, "theta": [0.0] * ev.residual.dim}
     (tmp_path / "agent.json").write_text(json.dumps(meta))

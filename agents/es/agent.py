@@ -34,6 +34,8 @@ class EsAgent:
             raise ConfigError(f"agent:{path}: {self.env_id!r} has no residual policy")
         self.kind = KINDS[self.env_id]
         kw = dict(self.meta.get("env_kwargs") or {})
+        if kw.get("priority_weights"):  # JSON keeps the integer priorities as strings
+            kw["priority_weights"] = {int(p): w for p, w in kw["priority_weights"].items()}
         rate = dict(zip([self.meta["rate_kind"]] if self.meta.get("rate_kind") else [], self.meta.get("rates", [])))
         self.residual = make_residual(self.env_id, {"scenario": self.meta["scenario"], **rate, **kw})
         self.theta = np.asarray(self.meta["theta"], np.float64)[None]
