@@ -116,6 +116,19 @@ def test_flow_theta0_is_soft_reflective_ceiling(tmp_path):
             assert r["ttft_p99"] == rows[("soft-reflective-ceiling", cls)]["ttft_p99"], cls
 
 
+def test_gateway_theta0_is_the_centre_combination():
+    """Gateway-v0: theta = 0 acts the centre action, the base combination (here lmetric with
+    soft-reflective-ceiling and always-admit): the same cost as that combination's run."""
+    kw = dict(scenario="codegen", paper_qps=16, horizon=20.0, flow_action="soft-reflective")
+    ev = PairedEvaluator("llmsched/Gateway-v0", kw)
+    cost = ev.costs(np.zeros((1, ev.residual.dim)), [5])
+    sc = g.make_scenario("codegen", paper_qps=16)
+    ref = sc.simulator(5, router="lmetric", flow_control="soft-reflective-ceiling", admission="always-admit",
+                       horizon_s=20).run()
+    setup = make_setup("gateway", **kw)
+    np.testing.assert_allclose(cost[0, 0], episode_cost(ref, setup), rtol=1e-12)
+
+
 def test_paired_evaluation_is_deterministic_and_split_invariant():
     """Same thetas and seeds -> the same costs, bit for bit: again in the same process, in a
     fresh evaluator, and split over two process-pool workers."""

@@ -140,6 +140,7 @@ def search(env_id: str, env_kwargs: dict, settings: EsSettings, train_pool: list
             opt.tell(list(zip(xs, fit.tolist())))
             means.append(opt.mean.copy())
             gen_seeds.append(seeds)
+            # opt._sigma: the step size (cmaes 0.10-0.13 has no public accessor)
             row = {"generation": g + 1, "best": float(fit.min()), "mean": float(fit.mean()),
                    "sigma": float(opt._sigma), "wall_s": round(time.perf_counter() - t0, 2), "seeds": seeds}
             history.append(row)
