@@ -460,7 +460,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scenario(s), comma-separated for a training mixture (default: chatbot for Routing, "
                         "codegen otherwise)")
     p.add_argument("--algo", default=None, choices=ALGOS,
-                   help="algorithm (default: maskable-ppo for Routing, sac otherwise; ppo with --policy residual)")
+                   help="algorithm (default: maskable-ppo for Routing, sac otherwise; ppo with --policy residual); "
+                        "cmaes: CMA-ES over a residual of the best heuristic on paired seeds (agents/es)")
     p.add_argument("--policy", default=None, choices=("default", "residual"),
                    help="policy class: default (the YAML's) or residual (Routing: LMetric's logits plus a learned "
                         "correction that starts at zero, so training starts at LMetric; FlowControl with ppo: "
