@@ -42,6 +42,11 @@ Examples:
       --env-set admission_action=rejection --env-set flow_action=none --timesteps 200000 \\
       --select reward --out runs/gateway-codegen
 
+  # evolution strategies: CMA-ES over 9 numbers correcting LMetric, every candidate on the
+  # same workload seeds (training seeds 0-99 only); OUT/agent.json is the agent
+  llmsched-gym train --env llmsched/Routing-v0 --scenario toolagent --algo cmaes --env-set horizon=10 \\
+      --generations 30 --popsize 10 --seeds-per-gen 4 --seed 1 --out runs/es-toolagent
+
 Output: OUT/model.zip, OUT/vecnormalize.pkl, OUT/agent.json, OUT/best/ (best_model.zip
 with the statistics of its moment; chosen by --select, a harness metric such as
 ttft_mean:all), OUT/checkpoints/ (each with its statistics), OUT/eval/evaluations.npz

@@ -39,6 +39,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from agents.es.agent import EsAgent, is_es_agent
 from baselines.flow_control import SoftReflectiveCeiling
 from llmsched_gym.envs.core import (
     COMMON_KEYS,
@@ -168,8 +169,15 @@ def _expected_stats(model_file: Path) -> Path:
     return model_file.parent / name
 
 
-def load_agent(path: "str | Path") -> LoadedAgent:
-    """Load (and cache per process) the agent saved at ``path``."""
+def load_agent(path: "str | Path") -> "LoadedAgent | EsAgent":
+    """Load (and cache per process) the agent saved at ``path`` (an SB3 model, or a
+    CMA-ES residual: :class:`agents.es.agent.EsAgent`)."""
+    if is_es_agent(path):  # a CMA-ES residual (llmsched-gym train --algo cmaes): numpy only
+        meta = Path(path).resolve() / "agent.json"
+        key = (str(meta), meta.stat().st_mtime)
+        if key not in _CACHE:
+            _CACHE[key] = EsAgent(path)
+        return _CACHE[key]
     require_extra(f"agent:{path}")  # torch and stable-baselines3: the [rl] extra
     model_file, vn_file, _ = agent_files(Path(path).resolve())
     key = (str(model_file), model_file.stat().st_mtime, vn_file and (str(vn_file), vn_file.stat().st_mtime))
@@ -243,7 +251,8 @@ class ObservationBuilder:
 
 
 # ====================================================================== policies
-def _model_of_kind(path: str, agent: "LoadedAgent | None", kind: str, what: str) -> LoadedAgent:
+def _model_of_kind(path: str, agent: "LoadedAgent | EsAgent | None", kind: str,
+                   what: str) -> "LoadedAgent | EsAgent":
     """``agent`` (or the model at ``path``), which must be a model of environment ``kind``."""
     agent = agent or load_agent(path)
     if agent.kind != kind:
@@ -257,15 +266,16 @@ class AgentRouter(RoutingPolicy):
     name = "agent"
     description = "a trained RL agent: agent:PATH (a llmsched-gym train output directory or model.zip)"
 
-    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+    def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = _model_of_kind(path, agent, "routing", "routing")
         self.path = path
         #: trained with Routing-v0's ``hint``: the simulator keeps that router's books for it
         #: and its choice is observed, as in the environment (``view.suggest``)
         self.hint = (self.agent.meta.get("env_kwargs") or {}).get("hint")
         self._builder = None
-        pol = self.agent.model.policy
-        ext = pol.features_extractor
+        # a CMA-ES residual: numpy float64 logits
+        self._logits = getattr(self.agent, "route_logits", None)
+        ext = None if self._logits else self.agent.model.policy.features_extractor
         # float64 logits where the policy has them (the residual LMetric scorer: exact ties)
         self._scorer = getattr(ext, "decision_scores", None) or getattr(ext, "scores", None)
 
@@ -281,6 +291,8 @@ class AgentRouter(RoutingPolicy):
 
     def route(self, request, view) -> int:
         obs = self.agent.normalize(self.observation(request, view))
+        if self._logits is not None:
+            return int(self._logits(obs)[0].argmax())
         if self._scorer is not None:
             # The per-instance scorer's logits, for a cluster of any size (SB3's predict
             # insists on the training observation shape).
@@ -317,7 +329,7 @@ class AgentUsageLimit(UsageLimitPolicy):
     name = "agent"
     description = "a trained FlowControl agent: fc=agent:PATH"
 
-    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+    def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = _model_of_kind(path, agent, "flow_control", "flow-control")
         self.path = path
         self.reset(0, None)
@@ -374,7 +386,7 @@ class AgentSoftReflective(UsageLimitPolicy):
     name = "agent"
     description = "a trained FlowControl agent (soft-reflective action): fc=agent:PATH"
 
-    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+    def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = agent or load_agent(path)
         if self.agent.kind != "flow_control" or self.agent.flow_action != "soft-reflective":
             raise ConfigError(f"agent:{path} is not a FlowControl model with action='soft-reflective'")
@@ -442,7 +454,7 @@ class AgentGateway(GatewayController):
     name = "agent"
     description = "a trained Gateway-v0 agent: gateway=agent:PATH"
 
-    def __init__(self, path: str = "", agent: LoadedAgent | None = None):
+    def __init__(self, path: str = "", agent: "LoadedAgent | EsAgent | None" = None):
         self.agent = _model_of_kind(path, agent, "gateway", "Gateway-v0")
         self.path = path
 

@@ -67,7 +67,7 @@ from llmsched_gym.validation import (
 
 ENV_FILES = {"llmsched/Routing-v0": "routing", "llmsched/FlowControl-v0": "flow_control",
              "llmsched/Admission-v0": "admission", "llmsched/Gateway-v0": "gateway"}
-ALGOS = ("ppo", "maskable-ppo", "sac", "bc", "dagger")
+ALGOS = ("ppo", "maskable-ppo", "sac", "bc", "dagger", "cmaes")  # cmaes: agents.es (no SB3 model)
 #: Imitation of the lookahead planner (agents/imitation): a MaskablePPO model with the scorer policy.
 IMITATION = ("bc", "dagger")
 HYPERPARAMS_DIR = Path(__file__).resolve().parent / "hyperparams"
@@ -462,7 +462,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scenario(s), comma-separated for a training mixture (default: chatbot for Routing, "
                         "codegen otherwise)")
     p.add_argument("--algo", default=None, choices=ALGOS,
-                   help="algorithm (default: maskable-ppo for Routing, sac otherwise; ppo with --policy residual)")
+                   help="algorithm (default: maskable-ppo for Routing, sac otherwise; ppo with --policy residual); "
+                        "cmaes: CMA-ES over a residual of the best heuristic on paired seeds (agents/es)")
     p.add_argument("--policy", default=None, choices=("default", "residual"),
                    help="policy class: default (the YAML's) or residual (Routing: LMetric's logits plus a learned "
                         "correction that starts at zero, so training starts at LMetric; FlowControl with ppo: "
@@ -503,6 +504,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "higher for slo_attainment/goodput_rps/throughput_rps), or reward (SB3's mean reward); "
                         "default ttft_mean:all for Routing, ttft_p99:critical for FlowControl, "
                         "slo_attainment:all for Admission and Gateway")
+    es = p.add_argument_group("--algo cmaes (evolution strategies on paired seeds, agents/es)")
+    es.add_argument("--generations", type=int, help="CMA-ES generations (default 20)")
+    es.add_argument("--popsize", type=int, help="candidates per generation (default 8; at least 2)")
+    es.add_argument("--seeds-per-gen", type=int,
+                    help="workload seeds per generation, run by every candidate and the heuristic (default 4)")
+    es.add_argument("--sigma", type=float, help="initial CMA-ES step size (default 0.3)")
+    es.add_argument("--train-seeds", help="pool the generations draw their seeds from (default 0:79)")
+    es.add_argument("--select-seeds", help="seeds of the final selection (default 80:99)")
+    es.add_argument("--workers", type=int, help="evaluation workers the population is split over (default 1)")
+    es.add_argument("--backend", choices=("local", "ray"),
+                    help="evaluation backend of --workers: local (process pool) or ray")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--verbose", type=int, default=0)
 
@@ -555,8 +567,44 @@ def check_args(args) -> None:
         parse_select(args.select)
 
 
+ES_FLAGS = ("generations", "popsize", "seeds_per_gen", "sigma", "train_seeds", "select_seeds", "workers", "backend")
+
+
+def run_es_from_args(args) -> dict:
+    """``--algo cmaes``: CMA-ES over a residual policy (:mod:`agents.es.search`)."""
+    from agents.es.search import train_es
+
+    scenario = args.scenario or ("chatbot" if args.env == "llmsched/Routing-v0" else "codegen")
+    kind, text = next(((k, getattr(args, k)) for k in ("qps", "load", "paper_qps") if getattr(args, k)), (None, None))
+    rates = parse_rates(text)
+    if len(rates) > 1 or "," in scenario:
+        raise ConfigError("--algo cmaes trains on one scenario and one rate (no curriculum)")
+    out = args.out or f"runs/{ENV_FILES[args.env]}-{scenario}-cmaes-s{args.seed}"
+    check_output_dir("--out", out, force=args.force)
+    env_kwargs = {**{k: getattr(args, k) for k in ("router", "flow_control", "admission")
+                     if getattr(args, k) is not None}, **_set_overrides(args.env_set)}
+    if args.instances is not None:
+        env_kwargs["instances"] = args.instances
+    if args.duration is not None:
+        env_kwargs["duration_s"] = args.duration
+    settings = {k: getattr(args, k) for k in ("generations", "popsize", "seeds_per_gen", "sigma", "workers", "seed")
+                if getattr(args, k) is not None}
+    rec = train_es(args.env, scenario, {kind: rates[0]} if rates else {}, env_kwargs, settings, out,
+                   train_seeds=args.train_seeds or "0:79", select_seeds=args.select_seeds or "80:99",
+                   backend=args.backend or "local", command="llmsched-gym train " + " ".join(sys.argv[2:])
+                   if sys.argv[1:2] == ["train"] else "python -m agents.train " + " ".join(sys.argv[1:]))
+    print(f"trained cmaes on {args.env} ({scenario}) in {rec['wall_seconds']:.0f} s, {rec['env_steps']:,} env steps "
+          f"-> {out}/agent.json ({rec['chosen']}); evaluate with --policies 'agent:{out}'")
+    return rec
+
+
 def run_from_args(args) -> dict:
     check_args(args)
+    if args.algo == "cmaes":
+        return run_es_from_args(args)
+    given = [f"--{k.replace('_', '-')}" for k in ES_FLAGS if getattr(args, k, None) is not None]
+    if given:
+        raise ConfigError(f"{', '.join(given)} applies to --algo cmaes only")
     env_id = args.env
     algo = args.algo or ("maskable-ppo" if env_id == "llmsched/Routing-v0"
                          else "ppo" if args.policy == "residual" else "sac")
