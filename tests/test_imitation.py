@@ -147,3 +147,18 @@ def test_same_seed_same_agent(tmp_path):
     assert all(th.equal(pa[k], pb[k]) for k in pa)
     da, db = (Dataset.load(tmp_path / x / "labels.npz") for x in "ab")
     assert len(da) == a["labels"] and np.array_equal(da.label, db.label) and np.array_equal(da.costs, db.costs)
+
+
+def test_shipped_agent_routes_through_the_harness():
+    """The shipped imitation agent loads as ``agent:PATH`` and routes a short agent episode
+    (on a training seed; its verdict on the evaluation seeds is in its REPRODUCE.json)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "agents" / "pretrained" / "routing-imitation-agent"
+    rec = json.loads((path / "REPRODUCE.json").read_text())
+    assert rec["evaluation"]["verdict"] == "beats" and rec["evaluation"]["cost_change"][2] < 0
+    sc = g.make_scenario("agent")
+    sc.horizon_s = 2.0
+    t = sc.simulator(0, router=f"agent:{path}").run().table
+    routed = t.instance[~np.isnan(t.dispatch_t)]
+    assert len(routed) > 100 and len(np.unique(routed)) > 4
