@@ -47,6 +47,13 @@ Examples:
   llmsched-gym train --env llmsched/Routing-v0 --scenario toolagent --algo cmaes --env-set horizon=10 \\
       --generations 30 --popsize 10 --seeds-per-gen 4 --seed 1 --out runs/es-toolagent
 
+  # imitation of the lookahead planner: behaviour cloning, then DAgger rounds
+  # (labels from workload seeds 0-99 only; agents/imitation, docs/agents.md)
+  llmsched-gym train --algo dagger --scenario agent --env-set horizon=8 \\
+      --teacher 'lookahead:mode=mpc,samples=2,horizon_s=1,base=preble' \\
+      --n-envs 4 --set episodes=1 --set rounds=2 --out runs/imit-agent
+  (--algo bc|dagger writes OUT/model.zip, OUT/labels.npz and OUT/agent.json only.)
+
 Output: OUT/model.zip, OUT/vecnormalize.pkl, OUT/agent.json, OUT/best/ (best_model.zip
 with the statistics of its moment; chosen by --select, a harness metric such as
 ttft_mean:all), OUT/checkpoints/ (each with its statistics), OUT/eval/evaluations.npz

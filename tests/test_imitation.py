@@ -15,7 +15,7 @@ pytest.importorskip("sb3_contrib")
 
 import llmsched_gym as g  # noqa: E402
 from agents.imitation.collect import Dataset  # noqa: E402
-from agents.imitation.fit import accuracy, fit  # noqa: E402
+from agents.imitation.fit import accuracy, act, fit  # noqa: E402
 from agents.imitation.labeller import RoutingLabeller  # noqa: E402
 from agents.imitation.run import build_model  # noqa: E402
 from agents.train import main as train_main  # noqa: E402
@@ -84,10 +84,20 @@ def test_behaviour_cloning_learns_a_known_rule():
     train, test = data.subset(np.flatnonzero(~held)), data.subset(np.flatnonzero(held))
     assert len(test) > 80 and len(np.unique(test.label)) == 4
     model = build_model(_vec(1), "agents.networks:MaskableScorerPolicy", {}, seed=0)
-    before = accuracy(model.policy, test)
+
+    def follows_rule() -> float:
+        """Share of held-out states where the student picks an instance with the fewest
+        in-flight requests (the scorer is permutation-equivariant: it cannot learn JSQ's
+        lowest-index tie-break, only the rule)."""
+        pick = act(model.policy, test.obs, test.masks)
+        infl = np.where(test.masks, test.obs["in_flight"], np.inf)
+        return float(np.mean(infl[np.arange(len(test)), pick] == infl.min(axis=1)))
+
+    before = follows_rule()
     losses = fit(model.policy, train, epochs=40, batch_size=64, lr=3e-3, seed=0)
     assert losses[-1] < losses[0]
-    assert accuracy(model.policy, test) >= 0.9 > before
+    assert follows_rule() >= 0.95 > before
+    assert accuracy(model.policy, test) > 0.5  # the exact label, ties included
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -127,8 +137,28 @@ def test_same_seed_same_agent(tmp_path):
     from agents.policy import load_agent
 
     a, b = _run(tmp_path / "a"), _run(tmp_path / "b")
-    assert a["rounds"] == b["rounds"] and a["labels"] == b["labels"] > 0
+    timing = ("labels_per_s",)
+    assert ([{k: v for k, v in r.items() if k not in timing} for r in a["rounds"]]
+            == [{k: v for k, v in r.items() if k not in timing} for r in b["rounds"]])
+    assert a["labels"] == b["labels"] > 0
     assert set(a["training_workload_seeds"]) <= set(range(100)) and len(a["training_workload_seeds"]) == 4
     assert a["teacher"].startswith("lookahead:mode=mpc") and a["base"] == "preble" and a["complete"]
     pa, pb = (load_agent(tmp_path / x).model.policy.state_dict() for x in "ab")
     assert all(th.equal(pa[k], pb[k]) for k in pa)
+    da, db = (Dataset.load(tmp_path / x / "labels.npz") for x in "ab")
+    assert len(da) == a["labels"] and np.array_equal(da.label, db.label) and np.array_equal(da.costs, db.costs)
+
+
+def test_shipped_agent_routes_through_the_harness():
+    """The shipped imitation agent loads as ``agent:PATH`` and routes a short agent episode
+    (on a training seed; its verdict on the evaluation seeds is in its REPRODUCE.json)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "agents" / "pretrained" / "routing-imitation-agent"
+    rec = json.loads((path / "REPRODUCE.json").read_text())
+    assert rec["evaluation"]["verdict"] == "beats" and rec["evaluation"]["cost_change"][2] < 0
+    sc = g.make_scenario("agent")
+    sc.horizon_s = 2.0
+    t = sc.simulator(0, router=f"agent:{path}").run().table
+    routed = t.instance[~np.isnan(t.dispatch_t)]
+    assert len(routed) > 100 and len(np.unique(routed)) > 4

@@ -52,6 +52,17 @@ class Dataset:
                        np.concatenate([p.costs for p in parts]), np.concatenate([p.seeds for p in parts]),
                        np.concatenate([p.own for p in parts]))
 
+    def save(self, path) -> None:
+        """The rows as one ``.npz`` (observation keys prefixed ``obs_``), for refitting without relabelling."""
+        np.savez_compressed(path, **{f"obs_{k}": v for k, v in self.obs.items()}, masks=self.masks, label=self.label,
+                            costs=self.costs, seeds=self.seeds, own=self.own)
+
+    @staticmethod
+    def load(path) -> "Dataset":
+        with np.load(path) as z:
+            return Dataset({k[4:]: z[k] for k in z.files if k.startswith("obs_")}, z["masks"], z["label"],
+                           z["costs"], z["seeds"], z["own"])
+
     def subset(self, rows: np.ndarray) -> "Dataset":
         return Dataset({k: v[rows] for k, v in self.obs.items()}, self.masks[rows], self.label[rows],
                        self.costs[rows], self.seeds[rows], self.own[rows])

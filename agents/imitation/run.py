@@ -15,8 +15,8 @@ Workload seeds come from the declared training range only (``agents/declared_see
 worth of rows, whole episodes) are held out to report the accuracy on unseen states.
 
 Output (``out``): ``model.zip`` (a MaskablePPO with the scorer policy: it loads as
-``agent:OUT`` in ``compare`` like the PPO agents, and ``--algo maskable-ppo`` could start
-from it) and ``agent.json`` (the teacher, its base heuristic, data sizes, rounds, the
+``agent:OUT`` in ``compare`` like the PPO agents), ``labels.npz`` (every labelled state, to
+refit without labelling again) and ``agent.json`` (the teacher, its base heuristic, data sizes, rounds, the
 workload seeds used, accuracies, labels per second, wall time, the command).
 """
 
@@ -138,6 +138,11 @@ def train_imitation(algo: str, scenario: str, teacher: str, seed: int, out: Path
     t0 = time.time()
     data = Dataset()
     bar = tqdm(total=batches, desc=f"{algo}: episode batches", disable=not progress, unit="batch")
+
+    def show(_: int) -> None:
+        bar.set_postfix(round=r, labels=labeller.labels,
+                        labels_per_s=f"{labeller.labels / max(labeller.seconds, 1e-9):.1f}", refresh=True)
+
     for r in range(1 + cfg.rounds):
         beta = 1.0 if r == 0 else cfg.beta0 * cfg.decay ** (r - 1)
         start_labels, start_s = labeller.labels, labeller.seconds
@@ -145,9 +150,8 @@ def train_imitation(algo: str, scenario: str, teacher: str, seed: int, out: Path
         for b in range(cfg.episodes):
             k = (r * cfg.episodes + b) * n_envs
             new.append(rollout(labeller, seeds[k:k + n_envs], student=None if r == 0 else
-                               (lambda o, m: act(pol, o, m)), beta=beta, rng=rng))
+                               (lambda o, m: act(pol, o, m)), beta=beta, rng=rng, progress=show))
             bar.update(1)
-            bar.set_postfix(labels=labeller.labels, labels_per_s=f"{labeller.labels / max(labeller.seconds, 1e-9):.1f}")
         data = Dataset.concat([data] + new)
         hold = np.isin(data.seeds, list(held))
         train, test = data.subset(np.flatnonzero(~hold)), data.subset(np.flatnonzero(hold))
@@ -162,6 +166,7 @@ def train_imitation(algo: str, scenario: str, teacher: str, seed: int, out: Path
                                "teacher_departs_from_base": round(float(np.mean(data.label != data.own)), 4)})
         (out / "agent.json").write_text(json.dumps(meta, indent=1, default=str))
     bar.close()
+    data.save(out / "labels.npz")
     model.save(out / "model.zip")
     meta.update(wall_seconds=round(time.time() - t0, 1), complete=True, labels=labeller.labels,
                 label_seconds=round(labeller.seconds, 1), data_rows=len(data))

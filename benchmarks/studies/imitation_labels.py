@@ -7,7 +7,7 @@
   The labels are the planner's own decisions (``tests/test_imitation.py`` checks that the
   two routes agree request for request), so both ways label the same states.
 
-    python benchmarks/studies/imitation_labels.py --row routing-mixed-chatbot --seeds 0,1,2,3
+    python benchmarks/studies/imitation_labels.py --row routing-agent --seeds 0,1,2,3 --horizon 2
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ def main(argv=None) -> None:
                                                  "docs/results.md section 11)")
     ap.add_argument("--mode", default="mpc", choices=("mpc", "oracle"))
     ap.add_argument("--seeds", default="0,1,2,3", help="training workload seeds (agents/declared_seeds.yaml: 0-99)")
+    ap.add_argument("--horizon", type=float, default=None, help="simulated seconds (default: the row's)")
     args = ap.parse_args(argv)
     row = ROWS[args.row]
     base = args.base or {"chatbot": "llm-d-predicted-latency", "agent": "preble",
@@ -43,7 +44,7 @@ def main(argv=None) -> None:
     spec = teacher_spec(row, args.mode, base)
     seeds = [int(s) for s in args.seeds.split(",")]
     sc = g.make_scenario(row.scenario, **row.kw)
-    sc.horizon_s = row.horizon_s
+    sc.horizon_s = horizon = row.horizon_s if args.horizon is None else args.horizon
     decisions, plan_s = 0, 0.0
     t0 = time.perf_counter()
     for seed in seeds:
@@ -51,15 +52,15 @@ def main(argv=None) -> None:
         planner.run(sc, seed)
         decisions, plan_s = decisions + planner.decisions, plan_s + planner.plan_seconds
     sim_wall = time.perf_counter() - t0
+    print(f"{args.row} {spec} seeds {args.seeds}, {horizon:g} s")
+    print(f"| Simulator path | {decisions} decisions | {decisions / plan_s:.1f} labels/s planning | "
+          f"{sim_wall:.0f} s wall |", flush=True)
     vec = gym.make_vec("llmsched/Routing-v0", num_envs=len(seeds), scenario=row.scenario, **row.kw,
-                       horizon=row.horizon_s).unwrapped
+                       horizon=horizon).unwrapped
     labeller = RoutingLabeller(spec, vec)
     t0 = time.perf_counter()
     data = rollout(labeller, seeds)
     vec_wall = time.perf_counter() - t0
-    print(f"{args.row} {spec} seeds {args.seeds}")
-    print(f"| Simulator path | {decisions} decisions | {decisions / plan_s:.1f} labels/s planning | "
-          f"{sim_wall:.0f} s wall |")
     print(f"| batched labeller ({len(seeds)} clusters) | {len(data)} labels | "
           f"{labeller.labels / labeller.seconds:.1f} labels/s labelling | {vec_wall:.0f} s wall |")
 
