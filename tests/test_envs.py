@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
 import warnings
+import weakref
 
 import gymnasium as gym
 import numpy as np
@@ -400,3 +402,19 @@ def test_flow_action_keyword_errors():
     env.reset(seed=0)
     with pytest.raises(ValueError, match=r"shape \(2,\)"):
         env.step(np.array([0.5, 0.5, 0.5], np.float32))
+
+
+def test_a_vector_reset_frees_the_previous_episodes_without_the_garbage_collector():
+    """The simulator's router view holds no bound method of it (a cycle only a full collection
+    frees), so a reset releases the previous episode's states at once: before, 16 chatbot
+    clusters grew by ~150 MB a reset until the collector ran."""
+    env = gym.make_vec("llmsched/Routing-v0", num_envs=2, vectorization_mode="vector_entry_point",
+                       scenario="codegen", qps=4, horizon=1.0, hint="lmetric")
+    env.reset(seed=0)
+    previous = [weakref.ref(d.sim) for d in env.drivers] + [weakref.ref(env.batch)]
+    gc.disable()
+    try:
+        env.reset(seed=1)
+        assert [r() for r in previous] == [None] * len(previous)
+    finally:
+        gc.enable()

@@ -13,8 +13,6 @@ over worker processes (:func:`evaluate_task`).
 
 from __future__ import annotations
 
-import gc
-
 import gymnasium as gym
 import numpy as np
 
@@ -49,9 +47,6 @@ class PairedEvaluator:
         """Episode cost ``(P, S)`` of each candidate (rows of ``thetas``) on each seed."""
         thetas = np.asarray(thetas, np.float64)
         P, S = len(thetas), len(seeds)
-        # The last generation's simulators sit in reference cycles: without a collection
-        # here each reset keeps ~20 MB per cluster alive until the collector gets round to it.
-        gc.collect()
         env = self._vector_env(P * S)
         per_cluster = np.repeat(thetas, S, axis=0)
         ws = [int(s) for s in seeds] * P
