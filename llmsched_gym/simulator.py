@@ -952,9 +952,9 @@ def _warm_up_simulator() -> Simulator:
                      GatewayConfig(router="jsq", flow_control="soft-reflective-ceiling"))
 
 
-#: CPU seconds of a cold compile in two processes, for the estimate shown (56 s of wall time
-#: measured on a quiet 2-core machine, docs/performance.md).
-COMPILE_CPU_S = 110.0
+#: Seconds of a cold compile on one core, for the estimate shown: twice the 37 s of wall time
+#: measured with two processes on a 2-core machine at load average 1 (docs/performance.md).
+COMPILE_CPU_S = 74.0
 
 _compile_checked = False  # whether this process has made sure the kernels are compiled
 
