@@ -17,6 +17,8 @@ horizon) so several agents are judged against one run of the heuristics.
 
     python benchmarks/studies/learners.py --row routing-toolagent --agents agents/pretrained/es-toolagent
     python benchmarks/studies/learners.py --row flow-codegen16 --agents runs/a,runs/b --no-tune
+    python benchmarks/studies/learners.py --row routing-agent,routing-coder,routing-toolagent,routing-chatbot,\
+routing-mixed-chatbot,routing-kv-hotspot --agents agents/pretrained/es-agent,agents/pretrained/routing-chatbot
     python benchmarks/studies/learners.py --row routing-coder --agents DIR --seeds 50,51,52 --horizon 60 \
         --out results/learners-60s   # exploration: no verdict
 """
@@ -123,7 +125,8 @@ def judge(name: str, agents: list[str], seeds: list[int], tune: bool, out: Path,
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--row", required=True, choices=sorted(ROWS), help="a row of benchmarks/studies/headroom.py")
+    ap.add_argument("--row", required=True, help="a row of benchmarks/studies/headroom.py, or several "
+                    "comma-separated: " + ", ".join(ROWS))
     ap.add_argument("--agents", required=True, help="comma-separated agent directories (agent:PATH)")
     ap.add_argument("--seeds", default=None, help="comma-separated; default: the declared evaluation seeds")
     ap.add_argument("--horizon", type=float, default=None, help="simulated seconds (default: the row's; "
@@ -132,7 +135,12 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default="results/learners", help="directory for the JSON records")
     args = ap.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else declared_seeds()
-    judge(args.row, [a for a in args.agents.split(",") if a], seeds, not args.no_tune, Path(args.out), args.horizon)
+    rows = [r for r in args.row.split(",") if r]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        ap.error(f"--row: unknown row(s) {', '.join(unknown)}; choose from {', '.join(ROWS)}")
+    for row in rows:
+        judge(row, [a for a in args.agents.split(",") if a], seeds, not args.no_tune, Path(args.out), args.horizon)
 
 
 if __name__ == "__main__":
