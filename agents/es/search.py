@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 from pydantic import BaseModel
 
+from agents.declared import DECLARED, training_seeds
 from agents.es.paired import evaluate_task
 from agents.es.residual import KINDS, RESIDUAL_ENV_KWARGS, RESIDUALS, make_residual
 from llmsched_gym.envs.core import make_setup
@@ -32,20 +32,14 @@ from llmsched_gym.errors import ConfigError
 from llmsched_gym.evaluation.backends import BACKENDS, make_backend
 from llmsched_gym.validation import STRICT, ranged, validate_model
 
-DECLARED = Path(__file__).resolve().parents[1] / "declared_seeds.yaml"
 #: CMA-ES means of this many last generations compete in the final selection.
 LAST_MEANS = 4
 
 
-def declared_training_range() -> tuple[int, int]:
-    """``(first, last)`` of the declared training seeds."""
-    d = yaml.safe_load(DECLARED.read_text())["training_seeds"]
-    return int(d["first"]), int(d["last"])
-
-
 def parse_seed_range(flag: str, text: str) -> list[int]:
     """``"LO:HI"`` (inclusive) or a comma list -> seeds, all inside the declared training range."""
-    lo_ok, hi_ok = declared_training_range()
+    allowed = training_seeds()
+    lo_ok, hi_ok = allowed.start, allowed.stop - 1
     try:
         if ":" in text:
             lo, hi = (int(x) for x in text.split(":"))

@@ -32,6 +32,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
+from agents.declared import training_seeds
 from agents.imitation.collect import Dataset, rollout
 from agents.imitation.fit import accuracy, act, fit
 from agents.imitation.labeller import RoutingLabeller
@@ -39,8 +40,6 @@ from llmsched_gym.errors import ConfigError
 from llmsched_gym.validation import STRICT, ranged, validate_model
 
 ENV_ID = "llmsched/Routing-v0"
-#: The declared training workload seeds (agents/declared_seeds.yaml).
-TRAIN_SEEDS = range(0, 100)
 
 
 class ImitationConfig(BaseModel):
@@ -90,11 +89,12 @@ def imitation_config(algo: str, overrides: dict) -> ImitationConfig:
 
 def workload_seeds(seed: int, count: int) -> list[int]:
     """``count`` distinct workload seeds of the declared training range, in an order drawn by ``seed``."""
-    if count > len(TRAIN_SEEDS):
+    train_seeds = training_seeds()
+    if count > len(train_seeds):
         raise ConfigError(f"the run needs {count} episodes but the declared training seeds are "
-                          f"{TRAIN_SEEDS.start}-{TRAIN_SEEDS.stop - 1} ({len(TRAIN_SEEDS)}; agents/declared_seeds.yaml); "
+                          f"{train_seeds.start}-{train_seeds.stop - 1} ({len(train_seeds)}; agents/declared_seeds.yaml); "
                           "lower --n-envs, --set episodes or --set rounds")
-    return [int(s) for s in np.random.default_rng(seed).permutation(np.array(TRAIN_SEEDS))[:count]]
+    return [int(s) for s in np.random.default_rng(seed).permutation(np.array(train_seeds))[:count]]
 
 
 def build_model(vec, policy: str, policy_kwargs: dict, seed: int):

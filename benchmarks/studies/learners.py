@@ -31,20 +31,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 from headroom import ROWS, Row, cost_function, metric, tuned_routers
 
 import llmsched_gym as g
+from agents.declared import evaluation_seeds
 from llmsched_gym.evaluation.metrics import summarize
 from llmsched_gym.evaluation.stats import paired_change
 
-DECLARED = Path(__file__).resolve().parents[2] / "agents" / "declared_seeds.yaml"
 #: flow control: sheddable goodput and SLO attainment may not fall by more than this
 SIDE_TOLERANCE = 0.05
-
-
-def declared_seeds() -> list[int]:
-    return [int(s) for s in yaml.safe_load(DECLARED.read_text())["evaluation_seeds"]]
 
 
 def measure(sim, fleet, row: Row, cost) -> dict[str, float]:
@@ -104,7 +99,7 @@ def judge(name: str, agents: list[str], seeds: list[int], tune: bool, out: Path,
     cost = cost_function(row, scenario)
     results = heuristics(name, row, scenario, cost, seeds, tune, out)
     best = min(results, key=lambda h: np.mean(results[h]["cost"]))
-    declared = seeds == declared_seeds() and scenario.horizon_s == row.horizon_s
+    declared = seeds == evaluation_seeds() and scenario.horizon_s == row.horizon_s
     record = {"row": name, "seeds": seeds, "horizon_s": scenario.horizon_s, "declared": declared, "best": best, "heuristics": results, "agents": {}}
     for path in agents:
         start = time.perf_counter()
@@ -134,7 +129,7 @@ def main(argv=None) -> None:
     ap.add_argument("--no-tune", action="store_true", help="skip the tuned Bailian and AIBrix routers")
     ap.add_argument("--out", default="results/learners", help="directory for the JSON records")
     args = ap.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else declared_seeds()
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else evaluation_seeds()
     rows = [r for r in args.row.split(",") if r]
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
