@@ -533,11 +533,10 @@ class Simulator:
         self.view = RouterView(
             now=0.0, num_instances=I, waiting=None, running=None, kv_util=None, metrics_age_s=np.zeros(I),
             in_flight=None, queued_prefill_tokens=None, saturation=0.0,
-            prefix_hit_tokens=_weak(self.prefix_hit_tokens), latency_model=self.latency,
+            prefix_hit_tokens=None, latency_model=self.latency,
             engine=self.cluster.engine, kv_blocks=None, rng=self.rng,
             band_priorities=self.band_priorities, band_lengths=np.zeros(len(self.band_priorities), np.int64),
-            band_oldest_wait_s=np.zeros(len(self.band_priorities)), arrivals_since=_weak(self.arrivals_since),
-            suggest=None if self._hint is None else _weak(self._suggest_for),
+            band_oldest_wait_s=np.zeros(len(self.band_priorities)), arrivals_since=None, suggest=None,
         )
         self._bind(state, c)
         self.router = self.router  # Python routers hear of finishes (see the setter)
@@ -565,6 +564,9 @@ class Simulator:
             v.metrics_age_s = np.zeros(i1 - i0)
         v.waiting, v.running, v.kv_util = inst.scr_waiting[i0:i1], inst.scr_running[i0:i1], inst.scr_kv[i0:i1]
         v.in_flight, v.queued_prefill_tokens, v.kv_blocks = self.in_flight, self.queued_prefill, self.kv_blocks
+        # set here, not once: a copy (bound_copies) must call its own methods, not the original's
+        v.prefix_hit_tokens, v.arrivals_since = _weak(self.prefix_hit_tokens), _weak(self.arrivals_since)
+        v.suggest = None if self._hint is None else _weak(self._suggest_for)
 
     @property
     def needs_python(self) -> bool:

@@ -5,6 +5,8 @@ them."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,7 @@ from llmsched_gym import ClusterConfig, EngineConfig, GatewayConfig, Simulator, 
 from llmsched_gym.engine.fields import RECORDS, SPACES, constants
 from llmsched_gym.envs.core import ExternalCeilings
 from llmsched_gym.errors import ConfigError
+from llmsched_gym.scenarios import make_scenario
 from llmsched_gym.workloads.synthetic import ArrivalSpec, LengthSpec, PrefixSpec, WorkloadSpec, generate
 
 FIELDS = ("instance", "decode_instance", "dispatch_t", "first_token_t", "finish_t", "end_t", "outcome", "prefix_hit",
@@ -238,3 +241,16 @@ def test_replace_future_adds_copies_of_arrived_requests_and_nothing_else():
         np.testing.assert_array_equal(getattr(req, field)[new], getattr(req, field)[r1 + like], err_msg=field)
     assert (req.outcome[new] == 1).all() and (req.first[new] > times).all()
     np.testing.assert_array_equal(req.first[r1:r1 + ptr] >= 0, original.table.first_token_t[:ptr] >= 0)
+
+
+def test_a_copy_s_view_calls_its_own_simulator():
+    """The view's callables are the copy's own (weak, so a view never keeps its simulator
+    alive): a copy keeps working once the simulation it was forked from is gone."""
+    sim = make_scenario("codegen", qps=8, horizon_s=5.0).simulator(0)
+    sim.advance(2.0)
+    arrived = sim.view.arrivals_since(0.0).copy()
+    copies = sim.bound_copies(sim.state.forked(sim.c, 2))
+    del sim
+    gc.collect()
+    for c in copies:
+        np.testing.assert_array_equal(c.view.arrivals_since(0.0), arrived)
