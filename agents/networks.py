@@ -37,12 +37,14 @@ from stable_baselines3.common.policies import ActorCriticPolicy, MultiInputActor
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from torch import nn
 
+from agents import routing_obs
+from agents.routing_obs import LN2
+
 try:
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 except ImportError:  # pragma: no cover
     MaskableActorCriticPolicy = None
 
-LN2 = float(np.log(2.0))
 #: per-instance raw features + their centred copies + broadcast request/global features
 N_INST_FEATS = 10
 N_GLOBAL_FEATS = 5
@@ -116,33 +118,21 @@ class InstanceScorer(BaseFeaturesExtractor):
         return th.cat([s, e], dim=-1)
 
 
+def _on_cpu(obs: dict) -> dict:
+    return {k: obs[k].detach().cpu().numpy() for k in routing_obs.LMETRIC_KEYS}
+
+
 def lmetric_score(obs: dict) -> th.Tensor:
     """LMetric's metric ``P_i (BS_i + 1)`` per instance, ``(N, I)`` float64, recovered
-    exactly from the environment's normalized Routing observation.
-
-    ``P_i = queued_prefill_tokens_i + max(0, input - hit_i)`` and ``BS_i = in_flight_i``
-    (docs/agents.md). The observation log-scales the integer counts as float32
-    (``prefill_tokens``: ``log2(1+x)/20``, ``in_flight``: ``log2(1+x)/10``, ``request[0]``:
-    the prompt tokens, ``prefix_hit``: hit tokens / prompt tokens); inverting the scale in
-    float64 and rounding to the nearest integer gives every integer below ``2**20``
-    back exactly (tests check the round trip), so the score is exact while an instance's
-    outstanding prefill, its in-flight count and the prompt stay below 1,048,576.
-    """
-    def unlog(x, bits):
-        return th.round(th.expm1(x.double() * (bits * LN2)))
-
-    inp = unlog(obs["request"][:, 0:1], 20.0)
-    hit = th.round(obs["prefix_hit"].double() * inp)
-    prefill = unlog(obs["prefill_tokens"], 20.0) + (inp - hit).clamp(min=0.0)
-    return prefill * (unlog(obs["in_flight"], 10.0) + 1.0)
+    exactly from the environment's normalized Routing observation
+    (:func:`agents.routing_obs.lmetric_score`)."""
+    return th.as_tensor(routing_obs.lmetric_score(_on_cpu(obs)), device=obs["request"].device)
 
 
 def lmetric_logits(obs: dict) -> th.Tensor:
-    """``-(log P_i + log(BS_i + 1))`` (float64): its argmax (first index on ties) is
-    LMetric's choice (argmin of the metric, lowest index on ties). A metric of 0 (nothing
-    to prefill anywhere) counts as 0.5: still the best, still finite; metrics are
-    integers, so the order is unchanged."""
-    return -th.log(lmetric_score(obs).clamp(min=0.5))
+    """``-log(max(P_i (BS_i + 1), 0.5))`` (float64): its argmax is LMetric's choice
+    (:func:`agents.routing_obs.lmetric_logits`)."""
+    return th.as_tensor(routing_obs.lmetric_logits(_on_cpu(obs)), device=obs["request"].device)
 
 
 class ResidualLMetricScorer(InstanceScorer):

@@ -5,8 +5,8 @@ arrays, float32 as the environments return them) with one ``theta`` row per clus
 (``thetas``: ``(N, dim)``), in float64, without a per-cluster Python loop:
 
 * :class:`RoutingResidual` (``llmsched/Routing-v0``): logits = LMetric's logits recovered
-  from the observation (:func:`lmetric_logits`, the numpy twin of
-  ``agents.networks.lmetric_logits``) + ``theta . f_i``, with ``f_i`` a few per-instance
+  from the observation (:func:`agents.routing_obs.lmetric_logits`, which
+  ``agents.networks`` uses too) + ``theta . f_i``, with ``f_i`` a few per-instance
   features centred over the instances; the argmax over the action mask (first index on
   ties). At ``theta = 0`` it routes exactly as ``lmetric-no-detector``. With Routing-v0's
   ``hint=<router>`` the base is the one-hot of that router's pick instead (exactly that
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-LN2 = float(np.log(2.0))
+from agents.routing_obs import lmetric_logits, lmetric_parts, unlog
+
 #: Per-instance routing features (centred over instances): the raw observation columns and
 #: the ingredients of LMetric's metric, so ``theta`` can reweight prefill against batch size.
 ROUTING_FEATURES = ("running", "waiting", "kv_util", "in_flight", "prefill_tokens", "prefix_hit",
@@ -35,27 +36,6 @@ HINT_GAIN = 1.0
 GATEWAY_INSTANCE_FEATURES = ("running", "waiting", "kv_util", "in_flight", "prefill_tokens")
 
 
-def _unlog(x: np.ndarray, bits: float) -> np.ndarray:
-    """The integer count behind the environment's log scale ``log2(1 + v) / bits``."""
-    return np.round(np.expm1(x.astype(np.float64) * (bits * LN2)))
-
-
-def lmetric_parts(obs: dict) -> tuple[np.ndarray, np.ndarray]:
-    """LMetric's ``(P_i, BS_i)`` per instance (``(N, I)`` float64) from the observation:
-    outstanding prefill tokens plus the request's uncached tokens there, and the in-flight
-    requests (exact while the counts stay below 2**20; agents.networks.lmetric_score)."""
-    inp = _unlog(obs["request"][:, 0:1], 20.0)
-    hit = np.round(obs["prefix_hit"].astype(np.float64) * inp)
-    prefill = _unlog(obs["prefill_tokens"], 20.0) + np.maximum(inp - hit, 0.0)
-    return prefill, _unlog(obs["in_flight"], 10.0)
-
-
-def lmetric_logits(obs: dict) -> np.ndarray:
-    """``-log(max(P_i (BS_i + 1), 0.5))``: the argmax (first on ties) is LMetric's pick."""
-    prefill, batch = lmetric_parts(obs)
-    return -np.log(np.maximum(prefill * (batch + 1.0), 0.5))
-
-
 def _centred(x: np.ndarray) -> np.ndarray:
     """Features ``(N, I, F)`` minus their mean over the instances."""
     return x - x.mean(axis=1, keepdims=True)
@@ -64,7 +44,7 @@ def _centred(x: np.ndarray) -> np.ndarray:
 def routing_features(obs: dict) -> np.ndarray:
     """The centred per-instance features ``(N, I, F)`` of :data:`ROUTING_FEATURES`."""
     prefill, batch = lmetric_parts(obs)
-    inp = _unlog(obs["request"][:, 0:1], 20.0)
+    inp = unlog(obs["request"][:, 0:1], 20.0)
     uncached = np.maximum(inp - np.round(obs["prefix_hit"].astype(np.float64) * inp), 0.0)
     cols = [obs[k].astype(np.float64) for k in ROUTING_FEATURES[:6]]
     cols += [np.log1p(uncached) / 8.0, np.log1p(prefill) / 8.0, np.log(batch + 2.0) / 2.0]
